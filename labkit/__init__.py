@@ -1,0 +1,66 @@
+"""Helpers for the Streaming Proxy Lab notebooks, grader and tests.
+
+Everything a notebook needs is importable from here: ``from labkit import serve, capture_stream``.
+"""
+
+from labkit.capture import Capture, Chunk, Comment, Event, acapture_stream, capture_stream
+from labkit.checks import CheckResult, arun_checks, run_checks
+from labkit.errors import (
+    AppStartupError,
+    CaptureError,
+    InvalidTargetError,
+    LabkitError,
+    MockUpstreamError,
+    PortInUseError,
+    ServerExitedError,
+    ServerStartError,
+    StartTimeoutError,
+    TargetLoadError,
+)
+from labkit.handles import ExternalServer, ServerHandle
+from labkit.plots import plot_cancellation, plot_gaps, plot_timeline
+from labkit.servers import (
+    running_servers,
+    serve,
+    serve_subprocess,
+    start_mock_upstream,
+    stop_all,
+)
+from labkit.subprocess_server import SubprocessServer
+from labkit.thread_server import ThreadServer
+from labkit.upstream import MockUpstream
+
+__all__ = [
+    "AppStartupError",
+    "Capture",
+    "CaptureError",
+    "CheckResult",
+    "Chunk",
+    "Comment",
+    "Event",
+    "ExternalServer",
+    "InvalidTargetError",
+    "LabkitError",
+    "MockUpstream",
+    "MockUpstreamError",
+    "PortInUseError",
+    "ServerExitedError",
+    "ServerHandle",
+    "ServerStartError",
+    "StartTimeoutError",
+    "SubprocessServer",
+    "TargetLoadError",
+    "ThreadServer",
+    "acapture_stream",
+    "arun_checks",
+    "capture_stream",
+    "plot_cancellation",
+    "plot_gaps",
+    "plot_timeline",
+    "run_checks",
+    "running_servers",
+    "serve",
+    "serve_subprocess",
+    "start_mock_upstream",
+    "stop_all",
+]

@@ -1,0 +1,156 @@
+"""Child side of ``serve_subprocess``: load a target, serve it, report back through a file.
+
+Run as ``python -m labkit._serve_child --target T --ready-file F ...``. The child binds the socket
+itself (port 0 by default) and, once uvicorn is serving, writes ``{"status": "ready", "port": N}``
+to the ready file (written whole, then renamed into place). If it cannot get that far it writes
+``{"status": "load_error" | "port_in_use" | "startup_failed", "error": ..., "details": ...}``
+instead, so the parent can raise the matching error with a plain message. Everything the target
+prints goes to this process's stdout/stderr, which the parent keeps in files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from labkit.errors import PortInUseError, ServerStartError
+from labkit.handles import bind_socket
+
+GRACEFUL_TIMEOUT = 1
+
+
+def _report(path: str, payload: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh)
+    os.replace(tmp, path)
+
+
+def _summary(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def load_target(target: str) -> Any:
+    """Import ``/path/file.py[:attr]`` or ``package.module[:attr]`` and return the attribute."""
+    if ".py:" in target or target.endswith(".py"):
+        file_part, _, attr = target.rpartition(":") if ".py:" in target else (target, "", "")
+        attr = attr or "app"
+        path = Path(file_part).resolve()
+        sys.path.insert(0, str(path.parent))
+        module_name = path.stem
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        shown = path.name
+    else:
+        module_name, _, attr = target.partition(":")
+        attr = attr or "app"
+        module = importlib.import_module(module_name)
+        shown = module_name
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise AttributeError(
+            f"{shown} has no module-level {attr!r} (define e.g. `{attr} = FastAPI()`)"
+        ) from None
+
+
+class _ErrorLines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+def _watch(server: uvicorn.Server, ready_file: str, port: int, parent_pid: int) -> None:
+    reported = False
+    while not server.should_exit:
+        if not reported and server.started:
+            _report(ready_file, {"status": "ready", "port": port, "pid": os.getpid()})
+            reported = True
+        if os.getppid() != parent_pid:  # the parent died without stopping us
+            server.should_exit = True
+        time.sleep(0.01 if not reported else 0.5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labkit._serve_child")
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--ready-file", required=True)
+    parser.add_argument("--parent-pid", type=int, default=os.getppid())
+    args = parser.parse_args(argv)
+
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
+    errors = _ErrorLines()
+    logging.getLogger("uvicorn.error").addHandler(errors)
+
+    try:
+        app = load_target(args.target)
+    except BaseException as exc:  # SyntaxError, ImportError, anything the module raises
+        traceback.print_exc()
+        details = "".join(traceback.format_exception(exc))
+        _report(
+            args.ready_file, {"status": "load_error", "error": _summary(exc), "details": details}
+        )
+        return 2
+
+    try:
+        sock = bind_socket(args.host, args.port, name=args.name)
+    except PortInUseError:
+        _report(args.ready_file, {"status": "port_in_use"})
+        return 2
+    except ServerStartError as exc:
+        _report(args.ready_file, {"status": "bind_error", "error": str(exc)})
+        return 2
+    port = sock.getsockname()[1]
+
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        lifespan="auto",
+        timeout_graceful_shutdown=GRACEFUL_TIMEOUT,
+    )
+    server = uvicorn.Server(config)
+    watcher = threading.Thread(
+        target=_watch, args=(server, args.ready_file, port, args.parent_pid), daemon=True
+    )
+    watcher.start()
+    try:
+        server.run(sockets=[sock])
+    except SystemExit as exc:
+        startup = next((line for line in errors.lines if "Traceback" in line), "")
+        error = startup.strip().splitlines()[-1] if startup else f"uvicorn exit code {exc.code}"
+        _report(args.ready_file, {"status": "startup_failed", "error": error, "details": startup})
+        return 3
+    finally:
+        server.should_exit = True
+        sock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""``labkit doctor``: is this machine ready for the lab? One line per thing, OK or a fix.
+
+``run_doctor()`` returns structured lines and prints nothing; ``format_doctor()`` renders them and
+``doctor_exit_code()`` decides the exit status, so the CLI is three calls. A line is ``ok``,
+``warn`` (something only one optional step needs, e.g. nginx) or ``fail`` (fix it before starting).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+__all__ = [
+    "DISTRIBUTION",
+    "DoctorLine",
+    "DoctorStatus",
+    "doctor_exit_code",
+    "format_doctor",
+    "run_doctor",
+]
+
+DISTRIBUTION = "streaming-proxy-lab"
+DoctorStatus = Literal["ok", "warn", "fail"]
+_REINSTALL = (
+    "run `make lab` (or `.venv/bin/pip install -e '.[dev]'`) to install the pinned versions"
+)
+_MARKS: dict[DoctorStatus, str] = {"ok": "OK  ", "warn": "WARN", "fail": "FIX "}
+
+
+@dataclass(frozen=True)
+class DoctorLine:
+    """One diagnosis: what was checked, its status, what was found, and the fix if any."""
+
+    check: str
+    status: DoctorStatus
+    found: str
+    fix: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def _check_python() -> DoctorLine:
+    found = f"Python {sys.version.split()[0]} ({sys.executable})"
+    try:
+        requires = importlib.metadata.metadata(DISTRIBUTION)["Requires-Python"] or ""
+    except importlib.metadata.PackageNotFoundError:
+        return DoctorLine("python", "fail", found, f"{DISTRIBUTION} is not installed: {_REINSTALL}")
+    if requires and Version(".".join(map(str, sys.version_info[:3]))) not in SpecifierSet(requires):
+        return DoctorLine(
+            "python", "fail", f"{found}, needs {requires}", f"use a Python {requires}: {_REINSTALL}"
+        )
+    return DoctorLine("python", "ok", found)
+
+
+def _check_packages() -> list[DoctorLine]:
+    try:
+        requirements = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        return []  # reported by _check_python
+    lines = []
+    for text in requirements:
+        requirement = Requirement(text)
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue  # an optional extra (dev tools), not needed to run the lab
+        name, spec = requirement.name, requirement.specifier
+        check = f"package {name}"
+        try:
+            installed = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            lines.append(DoctorLine(check, "fail", f"not installed, needs {spec}", _REINSTALL))
+            continue
+        try:
+            in_range = spec.contains(Version(installed), prereleases=True)
+        except InvalidVersion:
+            in_range = False
+        if in_range:
+            lines.append(DoctorLine(check, "ok", f"{installed} (pinned {spec})"))
+        else:
+            lines.append(DoctorLine(check, "fail", f"{installed}, needs {spec}", _REINSTALL))
+    return lines
+
+
+def _check_kernel() -> DoctorLine:
+    try:
+        import ipykernel  # noqa: F401
+        from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    except ImportError:
+        return DoctorLine("kernel", "fail", "ipykernel is not installed", _REINSTALL)
+    try:
+        spec = KernelSpecManager().get_kernel_spec("python3")
+    except NoSuchKernel:
+        return DoctorLine(
+            "kernel",
+            "fail",
+            "no 'python3' kernel",
+            "run `python -m ipykernel install --sys-prefix`",
+        )
+    executable = spec.argv[0] if spec.argv else ""
+    found = f"ipykernel {importlib.metadata.version('ipykernel')}, python3 kernel runs {executable}"
+    same = executable in ("python", "python3", "{python}") or _same_file(executable, sys.executable)
+    if not same:
+        return DoctorLine(
+            "kernel",
+            "warn",
+            found + f", not this Python ({sys.executable})",
+            "run `python -m ipykernel install --sys-prefix` with the lab's Python so notebooks "
+            "see the lab's packages",
+        )
+    return DoctorLine("kernel", "ok", found)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _check_bind() -> DoctorLine:
+    from labkit.errors import ServerStartError
+    from labkit.handles import bind_socket
+
+    try:
+        sock = bind_socket("127.0.0.1", 0, name="doctor")
+    except ServerStartError as exc:
+        return DoctorLine(
+            "localhost ports",
+            "fail",
+            str(exc),
+            "the lab needs to listen on 127.0.0.1; allow it in your sandbox or firewall",
+        )
+    port = sock.getsockname()[1]
+    sock.close()
+    return DoctorLine("localhost ports", "ok", f"can listen on 127.0.0.1 (got port {port})")
+
+
+def _find_program(name: str) -> str | None:
+    found = shutil.which(name)
+    if found is None:
+        for folder in ("/usr/sbin", "/usr/local/sbin", "/sbin"):
+            candidate = Path(folder) / name
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    return found
+
+
+def _check_program(name: str, needed_for: str) -> DoctorLine:
+    found = _find_program(name)
+    if found is not None:
+        return DoctorLine(name, "ok", found)
+    return DoctorLine(
+        name,
+        "warn",
+        f"not found (only needed for {needed_for})",
+        f"`apt-get install {name}` (Debian/Ubuntu), `brew install {name}` (macOS) "
+        f"or `conda install -c conda-forge {name}`",
+    )
+
+
+def _check_mock_upstream() -> DoctorLine:
+    from labkit.capture import capture_stream
+    from labkit.errors import LabkitError
+    from labkit.servers import UPSTREAM_URL_ENV, serve
+
+    request = {
+        "model": "mock-1",
+        "stream": True,
+        "messages": [{"role": "user", "content": "doctor"}],
+        "mock": {"ttft_ms": 0, "tps": 1000, "tokens": 5},
+    }
+    external = os.environ.get(UPSTREAM_URL_ENV)
+    where = f"{UPSTREAM_URL_ENV}={external}" if external else "a mock upstream on a thread"
+    try:
+        if external:
+            capture = capture_stream(f"{external.rstrip('/')}/v1/chat/completions", json=request)
+        else:
+            from mock_upstream import create_app
+
+            with serve(create_app(), name="doctor-mock-upstream") as server:
+                capture = capture_stream(f"{server.url}/v1/chat/completions", json=request)
+    except (LabkitError, ImportError) as exc:
+        return DoctorLine("mock upstream", "fail", f"{where}: {exc}", _mock_fix(external))
+    if capture.terminal != "done" or not capture.tokens:
+        return DoctorLine(
+            "mock upstream",
+            "fail",
+            f"{where}: stream ended {capture.terminal!r} after {capture.tokens} tokens "
+            f"(HTTP {capture.status})",
+            _mock_fix(external),
+        )
+    return DoctorLine(
+        "mock upstream",
+        "ok",
+        f"{where}: streamed a reply ({capture.tokens} content events) ending in [DONE]",
+    )
+
+
+def _mock_fix(external: str | None) -> str:
+    if external:
+        return "start it (`mock-upstream --port 8001`) or unset LABKIT_UPSTREAM_URL"
+    return _REINSTALL
+
+
+_CHECKS: tuple[Callable[[], DoctorLine | list[DoctorLine]], ...] = (
+    _check_python,
+    _check_packages,
+    _check_kernel,
+    _check_bind,
+    lambda: _check_program("curl", "the curl examples"),
+    lambda: _check_program("nginx", "the nginx notebook"),
+    _check_mock_upstream,
+)
+
+
+def run_doctor() -> list[DoctorLine]:
+    """Diagnose this machine. Prints nothing; a check that crashes becomes a ``fail`` line."""
+    lines: list[DoctorLine] = []
+    for check in _CHECKS:
+        try:
+            result = check()
+        except Exception as exc:  # a broken check must not hide the others
+            result = DoctorLine(
+                getattr(check, "__name__", "check").removeprefix("_check_"),
+                "fail",
+                f"the check itself crashed: {type(exc).__name__}: {exc}",
+                "please report this with the output of `labkit doctor`",
+            )
+        lines.extend(result if isinstance(result, list) else [result])
+    return lines
+
+
+def format_doctor(lines: Sequence[DoctorLine]) -> str:
+    """Render the lines for a terminal, with a last line that sums them up."""
+    width = max((len(line.check) for line in lines), default=0)
+    out = []
+    for line in lines:
+        out.append(f"{_MARKS[line.status]} {line.check:<{width}}  {line.found}")
+        if line.fix:
+            out.append(f"     {'':<{width}}  fix: {line.fix}")
+    failing = sum(1 for line in lines if line.status == "fail")
+    warning = sum(1 for line in lines if line.status == "warn")
+    if failing:
+        out.append(f"{failing} thing(s) to fix before starting the lab.")
+    elif warning:
+        out.append(f"Ready for the lab ({warning} optional thing(s) missing).")
+    else:
+        out.append("Ready for the lab.")
+    return "\n".join(out)
+
+
+def doctor_exit_code(lines: Sequence[DoctorLine], *, strict: bool = False) -> int:
+    """1 if any line must be fixed (with ``strict``, warnings count too), else 0."""
+    bad: set[str] = {"fail", "warn"} if strict else {"fail"}
+    return 1 if any(line.status in bad for line in lines) else 0

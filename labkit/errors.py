@@ -1,0 +1,134 @@
+"""Every error labkit raises, in one place.
+
+The hierarchy::
+
+    LabkitError                      root: catch this to catch anything labkit raises
+    ├── ServerStartError             a server did not come up; nothing is left running
+    │   ├── PortInUseError           the requested port is already taken
+    │   ├── StartTimeoutError        still not serving when the start deadline passed
+    │   ├── AppStartupError          the app's own startup (lifespan) raised
+    │   ├── ServerExitedError        the server thread or child process ended early
+    │   └── TargetLoadError          a subprocess target could not be imported
+    ├── InvalidTargetError           a serve_subprocess target that is neither a file nor mod:attr
+    ├── CaptureError                 capture_stream could not get a response at all
+    └── MockUpstreamError            the mock's debug endpoints answered unexpectedly
+
+Each message says what was expected, what happened instead and what to do. The constructors
+take the facts and build the message, so the wording lives here and a test pins it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AppStartupError",
+    "CaptureError",
+    "InvalidTargetError",
+    "LabkitError",
+    "MockUpstreamError",
+    "PortInUseError",
+    "ServerExitedError",
+    "ServerStartError",
+    "StartTimeoutError",
+    "TargetLoadError",
+]
+
+
+class LabkitError(Exception):
+    """Root of every error labkit raises."""
+
+
+class ServerStartError(LabkitError):
+    """A server did not start. Whatever was started has been stopped again."""
+
+    def __init__(self, message: str, *, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class PortInUseError(ServerStartError):
+    def __init__(self, *, name: str, host: str, port: int) -> None:
+        super().__init__(
+            f"{name!r} could not start on {host}:{port}: the port is already in use. "
+            "Pass port=0 to pick a free port, or stop the server that holds it.",
+            name=name,
+        )
+        self.host = host
+        self.port = port
+
+
+class StartTimeoutError(ServerStartError):
+    def __init__(self, *, name: str, timeout: float) -> None:
+        super().__init__(
+            f"{name!r} did not start within {timeout:.1f} s: it was still starting up "
+            "and has been stopped. Make the app's startup quicker, or pass a larger "
+            "start_timeout.",
+            name=name,
+        )
+        self.timeout = timeout
+
+
+class AppStartupError(ServerStartError):
+    def __init__(self, *, name: str, error: str, details: str = "") -> None:
+        super().__init__(
+            f"{name!r} did not start: its startup code raised {error}. "
+            "Fix the app's startup (lifespan or on_startup handler) and start it again.",
+            name=name,
+        )
+        self.error = error
+        self.details = details
+
+
+class ServerExitedError(ServerStartError):
+    def __init__(
+        self, *, name: str, how: str, stderr_tail: str = "", source: str = "stderr"
+    ) -> None:
+        message = f"{name!r} did not start: {how} before it was serving."
+        if stderr_tail:
+            message += f" Last lines of its {source}:\n{stderr_tail}\n"
+            message += "Fix the error above and start it again."
+        else:
+            message += " Start it again; pass port=0 if a fixed port may be taken."
+        super().__init__(message, name=name)
+        self.how = how
+        self.stderr_tail = stderr_tail
+
+
+class TargetLoadError(ServerStartError):
+    def __init__(self, *, name: str, target: str, error: str, details: str = "") -> None:
+        super().__init__(
+            f"{name!r} did not start: could not load {target}: {error}. "
+            "Fix that error in the file and start it again.",
+            name=name,
+        )
+        self.target = target
+        self.error = error
+        self.details = details
+
+
+class InvalidTargetError(LabkitError, ValueError):
+    def __init__(self, target: str, problem: str) -> None:
+        super().__init__(
+            f"Expected a target like 'path/to/proxy.py' or 'package.module:app', "
+            f"got {target!r}: {problem}."
+        )
+        self.target = target
+
+
+class CaptureError(LabkitError):
+    def __init__(self, *, url: str, error: str) -> None:
+        super().__init__(
+            f"Expected a response from {url}, but the request failed: {error}. "
+            "Is the server running? Start it with serve(...) or start_mock_upstream() "
+            "and use its .url."
+        )
+        self.url = url
+        self.error = error
+
+
+class MockUpstreamError(LabkitError):
+    def __init__(self, *, url: str, expected: str, got: str) -> None:
+        super().__init__(
+            f"Expected {expected} from {url}, got {got}. "
+            "Is that URL a mock upstream? Use the .url of start_mock_upstream()."
+        )
+        self.url = url

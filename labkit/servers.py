@@ -1,0 +1,146 @@
+"""Start servers from a notebook or a test: serve, serve_subprocess, start_mock_upstream.
+
+All three return a handle with ``.name``, ``.url``, ``.port``, ``.stop()``, usable as a context
+manager. Starting a server under a name that is already running stops the old one first, so
+re-running a notebook cell replaces its server instead of leaking one; whatever is still running
+at interpreter exit is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from labkit.errors import PortInUseError
+from labkit.handles import ExternalServer, ServerHandle, registry
+from labkit.subprocess_server import DEFAULT_SUBPROCESS_START_TIMEOUT, SubprocessServer
+from labkit.thread_server import DEFAULT_START_TIMEOUT, ThreadServer
+
+__all__ = [
+    "MOCK_UPSTREAM_NAME",
+    "UPSTREAM_URL_ENV",
+    "running_servers",
+    "serve",
+    "serve_subprocess",
+    "start_mock_upstream",
+    "stop_all",
+]
+
+#: Set this to a running mock's base URL to make ``start_mock_upstream()`` use it.
+UPSTREAM_URL_ENV = "LABKIT_UPSTREAM_URL"
+MOCK_UPSTREAM_NAME = "mock-upstream"
+
+
+def _replace(name: str | None, prefix: str) -> str:
+    if name is None:
+        return registry.next_name(prefix)
+    old = registry.get(name)
+    if old is not None:
+        old.stop()
+    return name
+
+
+def serve(
+    app: Any,
+    *,
+    name: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
+) -> ThreadServer:
+    """Serve an ASGI app on a background thread and return once it accepts requests.
+
+    ``port=0`` picks a free port (read it back from ``.port`` / ``.url``). A server already
+    running under the same ``name`` is stopped first. Raises ``ServerStartError``.
+    """
+    name = _replace(name, "server")
+    server = ThreadServer(app, name=name, host=host, port=port, start_timeout=start_timeout)
+    return server.start()
+
+
+def serve_subprocess(
+    target: str,
+    *,
+    name: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    start_timeout: float = DEFAULT_SUBPROCESS_START_TIMEOUT,
+    inherit_env: bool = True,
+) -> SubprocessServer:
+    """Serve ``"path/to/proxy.py"`` (its ``app``) or ``"package.module:attr"`` in a child process.
+
+    ``env`` is added to this process's environment for the child (with ``inherit_env=False`` it
+    is the child's whole environment: nothing of ours, e.g. API keys, leaks to learner code); a
+    relative file path is taken from ``cwd``. Raises ``InvalidTargetError`` for a malformed
+    target and ``ServerStartError`` (with the end of the child's stderr) when the child does not
+    come up.
+    """
+    name = _replace(name, "subprocess")
+    server = SubprocessServer(
+        target,
+        name=name,
+        env=env,
+        cwd=cwd,
+        host=host,
+        port=port,
+        start_timeout=start_timeout,
+        inherit_env=inherit_env,
+    )
+    return server.start()
+
+
+def start_mock_upstream(**scenario_defaults: Any) -> ServerHandle:
+    """The mock upstream: started on a background thread, or the one already running.
+
+    Keyword arguments are the app's scenario defaults (``ttft_ms=..., tps=..., tokens=...``; see
+    ``mock_upstream.Scenario``). Calling it again with the same defaults returns the running
+    server; with different ones it restarts it on the same port. If ``LABKIT_UPSTREAM_URL`` is
+    set, a handle on that external server is returned instead: its own defaults apply (these
+    are ignored, so put anything a lesson depends on in the request's ``mock`` field), and
+    ``stop()`` leaves it running.
+    """
+    external = os.environ.get(UPSTREAM_URL_ENV)
+    if external:
+        return ExternalServer(external, name=MOCK_UPSTREAM_NAME)
+    from mock_upstream import Scenario, create_app
+
+    current = registry.get(MOCK_UPSTREAM_NAME)
+    if (
+        isinstance(current, _MockUpstreamServer)
+        and current.running
+        and current.scenario_defaults == scenario_defaults
+    ):
+        return current
+    app = create_app(Scenario(**scenario_defaults) if scenario_defaults else None)
+    port = 0
+    if current is not None:
+        if current.running:
+            port = current.port  # restart where it was, so URLs taken from it stay valid
+        current.stop()
+    server = _MockUpstreamServer(app, name=MOCK_UPSTREAM_NAME, port=port)
+    server.scenario_defaults = dict(scenario_defaults)
+    try:
+        return server.start()
+    except PortInUseError:  # someone took the port in between: any free one will do
+        server = _MockUpstreamServer(app, name=MOCK_UPSTREAM_NAME)
+        server.scenario_defaults = dict(scenario_defaults)
+        return server.start()
+
+
+class _MockUpstreamServer(ThreadServer):
+    """The mock on a thread, remembering the defaults it was started with."""
+
+    scenario_defaults: dict[str, Any]
+
+
+def running_servers() -> list[ServerHandle]:
+    """Every server this process started that is still registered (oldest first)."""
+    return registry.live()
+
+
+def stop_all() -> None:
+    """Stop every server this process started (also done automatically at exit)."""
+    registry.stop_all()

@@ -1,0 +1,114 @@
+"""Read the mock upstream's request records and metrics from Python.
+
+So a notebook can show "running: 1 → 0" and "tokens generated after you left: 2" with
+numbers taken from the server that did the generating::
+
+    mock = MockUpstream(upstream.url)
+    mock.reset()
+    ...                      # stream something and hang up
+    mock.wait_until_idle()
+    mock.last()["state"], mock.last()["tokens_after_disconnect"]
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from labkit.capture import shared_ssl_context
+from labkit.errors import MockUpstreamError
+from labkit.handles import ServerHandle
+
+__all__ = ["MockUpstream"]
+
+_TIMEOUT = httpx.Timeout(5.0)
+
+
+class MockUpstream:
+    """A client for a mock upstream's ``/debug/requests``, ``/debug/reset`` and ``/metrics``."""
+
+    def __init__(self, url: str | ServerHandle) -> None:
+        self.url = (url.url if isinstance(url, ServerHandle) else url).rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"MockUpstream({self.url!r})"
+
+    def _get(self, path: str) -> httpx.Response:
+        return self._request("GET", path)
+
+    def _request(self, method: str, path: str) -> httpx.Response:
+        url = self.url + path
+        try:
+            response = httpx.request(method, url, timeout=_TIMEOUT, verify=shared_ssl_context())
+        except httpx.TransportError as exc:
+            raise MockUpstreamError(
+                url=url, expected="a response", got=f"{type(exc).__name__}: {exc}"
+            ) from None
+        if not response.is_success:
+            raise MockUpstreamError(
+                url=url, expected="HTTP 200", got=f"HTTP {response.status_code}"
+            )
+        return response
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request record, oldest first (see docs/CONTRACT.md for the fields)."""
+        response = self._get("/debug/requests")
+        try:
+            records = response.json()
+        except ValueError:
+            records = None
+        if not isinstance(records, list):
+            raise MockUpstreamError(
+                url=self.url + "/debug/requests",
+                expected="a JSON list of request records",
+                got=response.text[:80] or "an empty body",
+            )
+        return records
+
+    def last(self) -> dict[str, Any]:
+        """The most recent request record."""
+        records = self.requests()
+        if not records:
+            raise MockUpstreamError(
+                url=self.url + "/debug/requests",
+                expected="at least one request record",
+                got="none (send a request first, or it was cleared by reset())",
+            )
+        return records[-1]
+
+    def reset(self) -> None:
+        """Forget every record and zero the metrics' request counts."""
+        self._request("POST", "/debug/reset")
+
+    def running(self) -> int:
+        """How many requests the mock is still generating for."""
+        return sum(1 for record in self.requests() if record.get("state") == "running")
+
+    def metrics(self) -> dict[str, float]:
+        """Every Prometheus sample, keyed ``name`` or ``name{label="value",...}``.
+
+        Counters appear under their ``_total`` names; ``_created`` timestamps are left out.
+        """
+        text = self._get("/metrics").text
+        samples: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.endswith("_created"):
+                    continue  # creation timestamps: not a measurement
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+                key = f"{sample.name}{{{labels}}}" if labels else sample.name
+                samples[key] = float(sample.value)
+        return samples
+
+    def wait_until_idle(self, timeout: float = 2.0) -> bool:
+        """Wait until no request is running; True if that happened within ``timeout`` s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.running() == 0:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)

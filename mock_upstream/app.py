@@ -1,0 +1,105 @@
+"""The FastAPI app: routes, per-app state, error handlers.
+
+``create_app()`` builds a fresh app each time; everything it remembers lives on
+``app.state.mock`` (a :class:`~mock_upstream.exchange.MockState`), so two apps in one process
+keep separate records and metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from mock_upstream import anthropic_messages, openai_chat, openai_responses
+from mock_upstream.errors import install_handlers
+from mock_upstream.exchange import ApiSpec, MockState, answer
+from mock_upstream.records import Recorder
+from mock_upstream.scenario import Scenario
+from mock_upstream.stream import quiet_intended_drops
+
+MODELS: Final = ("mock-gpt", "mock-gpt-mini", "mock-claude")
+
+CHAT: Final = ApiSpec(
+    "chat",
+    openai_chat.ID_PREFIX,
+    openai_chat.CALL_ID_PREFIX,
+    openai_chat.parse,
+    openai_chat.ChatWire,
+)
+RESPONSES: Final = ApiSpec(
+    "responses",
+    openai_responses.ID_PREFIX,
+    openai_responses.CALL_ID_PREFIX,
+    openai_responses.parse,
+    openai_responses.ResponsesWire,
+)
+MESSAGES: Final = ApiSpec(
+    "messages",
+    anthropic_messages.ID_PREFIX,
+    anthropic_messages.CALL_ID_PREFIX,
+    anthropic_messages.parse,
+    anthropic_messages.MessagesWire,
+)
+
+
+def create_app(defaults: Scenario | None = None) -> FastAPI:
+    """A new mock upstream app; ``defaults`` is the scenario every request starts from."""
+    app = FastAPI(
+        title="mock-upstream",
+        summary="A deterministic, paced, fault-injectable mock LLM server.",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
+    app.state.mock = MockState(defaults=defaults or Scenario(), recorder=Recorder())
+    app.state.recorder = app.state.mock.recorder
+    app.state.registry = app.state.mock.recorder.registry
+    install_handlers(app)
+    quiet_intended_drops()
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        return await answer(request, CHAT)
+
+    @app.post("/v1/responses")
+    async def responses(request: Request) -> Response:
+        return await answer(request, RESPONSES)
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        return await answer(request, MESSAGES)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": 0, "owned_by": "mock-upstream"}
+                for name in MODELS
+            ],
+        }
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        recorder: Recorder = request.app.state.mock.recorder
+        return Response(recorder.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/debug/requests")
+    async def debug_requests(request: Request) -> JSONResponse:
+        recorder: Recorder = request.app.state.mock.recorder
+        return JSONResponse([r.to_json() for r in recorder.records()])
+
+    @app.post("/debug/reset")
+    async def debug_reset(request: Request) -> dict[str, Any]:
+        recorder: Recorder = request.app.state.mock.recorder
+        recorder.reset()
+        return {"reset": True, "running": recorder.running}
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app

@@ -1,0 +1,77 @@
+"""The API-neutral events a paced answer is made of.
+
+:func:`mock_upstream.pacing.play` yields these at the moment each one is due; each API
+module turns them into its own wire frames (streaming) or one response body (unary).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mock_upstream.plan import FinishReason, Part
+
+
+@dataclass(frozen=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Opened:
+    """The answer begins (sent together with the first token, after the TTFT wait)."""
+
+
+@dataclass(frozen=True)
+class PartStarted:
+    index: int
+    part: Part
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Some tokens of the current part: text, or a fragment of a tool call's arguments."""
+
+    index: int
+    part: Part
+    text: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class PartStopped:
+    index: int
+    part: Part
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The answer ends normally (``refusal`` included): terminal."""
+
+    reason: FinishReason
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The provider's in-stream error: terminal."""
+
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """One frame that is not valid JSON; the answer goes on afterwards."""
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """Close the connection with no terminal event: terminal."""
+
+
+Event = Opened | PartStarted | Delta | PartStopped | Finished | Failed | Malformed | Dropped
+TERMINAL = (Finished, Failed, Dropped)

@@ -1,0 +1,107 @@
+"""One request, start to finish, the same for every API.
+
+Read the JSON body, resolve the scenario (header and ``mock`` field), let the API module
+parse the rest, open a record, answer an injected ``status`` at once, otherwise plan the
+answer and stream it (or wait it out for a unary response).
+
+Unary answers wait as long as the stream would, in the route function, where Starlette does
+not watch for a disconnect: a client that leaves a unary request early is not noticed, and
+the record ends ``completed``. In unary mode ``error_after`` and ``drop_after`` both answer
+a provider-shaped 500 once their tokens are "generated"; ``malformed_after`` is ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from mock_upstream.bodies import read_json
+from mock_upstream.errors import ApiError, status_error
+from mock_upstream.ids import new_id
+from mock_upstream.pacing import Clock, faults_for, play
+from mock_upstream.plan import Plan, Prompt, build_plan
+from mock_upstream.records import Api, Recorder, RequestRecord
+from mock_upstream.scenario import BODY_FIELD, HEADER, Scenario, resolve
+from mock_upstream.stream import RecordedStreamingResponse, Wire, collect, sse_body
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """What an API module reads from its request body."""
+
+    prompt: Prompt
+    stream: bool
+    include_usage: bool = False
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    """How one API names and formats things."""
+
+    name: Api
+    id_prefix: str
+    call_id_prefix: str
+    parse: Callable[[dict[str, Any]], Parsed]
+    wire: Callable[[str, Plan, Parsed], Wire]
+
+
+@dataclass
+class MockState:
+    """Everything one app keeps (``app.state.mock``)."""
+
+    defaults: Scenario
+    recorder: Recorder
+
+
+async def answer(request: Request, api: ApiSpec) -> Response:
+    """Answer one request for ``api``."""
+    arrived = asyncio.get_running_loop().time()
+    state: MockState = request.app.state.mock
+    body = await read_json(request)
+    scenario = resolve(state.defaults, request.headers.get(HEADER), body.get(BODY_FIELD))
+    parsed = api.parse(body)
+    recorder = state.recorder
+    record = recorder.start(
+        RequestRecord(
+            id=new_id(api.id_prefix),
+            api=api.name,
+            stream=parsed.stream,
+            include_usage=parsed.include_usage,
+            prompt_tokens=parsed.prompt.prompt_tokens,
+            model=parsed.prompt.model,
+            scenario=scenario.changed(),
+        )
+    )
+    if scenario.status is not None:
+        record.status_code = scenario.status
+        recorder.finish(record, "errored", completion_tokens=0)
+        raise status_error(scenario.status, scenario.retry_after)
+
+    plan = build_plan(parsed.prompt, scenario, call_id_prefix=api.call_id_prefix)
+    clock = Clock(scenario.ttft_ms / 1000.0, scenario.tps, start=arrived)
+    events = play(plan, clock, faults_for(scenario))
+    wire = api.wire(record.id, plan, parsed)
+    if parsed.stream:
+        body_iterator = sse_body(events, wire, recorder, record)
+        return RecordedStreamingResponse(body_iterator, recorder=recorder, record=record)
+
+    async with aclosing(events):
+        outcome = await collect(events, recorder, record)
+    if outcome.failed:
+        record.status_code = 500
+        recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
+        raise ApiError(
+            500,
+            "The server had an error while generating the response (mock scenario).",
+            kind="server_error",
+            anthropic_kind="api_error",
+            code="server_error",
+        )
+    recorder.finish(record, "completed", completion_tokens=outcome.usage.completion_tokens)
+    return JSONResponse(wire.body(outcome))

@@ -1,0 +1,306 @@
+"""OpenAI Responses: ``POST /v1/responses``, streamed (and unary).
+
+Stream grammar (``event:`` + ``data:``; every event carries ``sequence_number`` from 0)::
+
+    response.created, response.in_progress
+    per text part:  response.output_item.added (message), response.content_part.added,
+                    response.output_text.delta ..., response.output_text.done,
+                    response.content_part.done, response.output_item.done
+    per tool call:  response.output_item.added (function_call),
+                    response.function_call_arguments.delta ...,
+                    response.function_call_arguments.done, response.output_item.done
+    then one of:    response.completed | response.incomplete (max_output_tokens,
+                    content_filter) | response.failed (injected error)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Final
+
+from mock_upstream.bodies import (
+    content_text,
+    optional_bool,
+    optional_int,
+    optional_list,
+    optional_str,
+)
+from mock_upstream.errors import Flavour, bad_request
+from mock_upstream.events import (
+    Delta,
+    Dropped,
+    Event,
+    Failed,
+    Finished,
+    Malformed,
+    Opened,
+    PartStarted,
+    PartStopped,
+    Usage,
+)
+from mock_upstream.exchange import Parsed
+from mock_upstream.ids import new_id
+from mock_upstream.plan import Part, Plan, Prompt, ToolSpec
+from mock_upstream.sse import frame
+from mock_upstream.stream import Outcome
+
+NAME: Final = "responses"
+ID_PREFIX: Final = "resp_"
+CALL_ID_PREFIX: Final = "call_"
+DEFAULT_MODEL: Final = "mock-gpt"
+
+
+def _input_text(body: dict[str, Any]) -> str:
+    if "input" not in body:
+        raise bad_request("Missing required parameter: 'input'.", "input")
+    value = body["input"]
+    if isinstance(value, str):
+        texts = [value]
+    elif isinstance(value, list) and value:
+        texts = []
+        for number, item in enumerate(value):
+            where = f"input[{number}]"
+            if not isinstance(item, dict):
+                raise bad_request(f"'{where}' must be an object.", where)
+            texts.append(content_text(item.get("content"), f"{where}.content"))
+    else:
+        raise bad_request("'input' must be a string or a non-empty array of items.", "input")
+    instructions = optional_str(body, "instructions", "")
+    return "\n".join([instructions, *texts] if instructions else texts)
+
+
+def _tools(body: dict[str, Any]) -> tuple[ToolSpec, ...]:
+    tools = []
+    for number, tool in enumerate(optional_list(body, "tools")):
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            raise bad_request(
+                f'\'tools[{number}]\' must be {{"type": "function", "name": ...}}.',
+                f"tools[{number}].name",
+            )
+        parameters = tool.get("parameters")
+        tools.append(ToolSpec(tool["name"], parameters if isinstance(parameters, dict) else {}))
+    return tuple(tools)
+
+
+def _tool_choice(body: dict[str, Any]) -> str | None:
+    choice = body.get("tool_choice")
+    if choice is None or choice in ("auto", "none", "required"):
+        return choice
+    if isinstance(choice, dict) and isinstance(choice.get("name"), str):
+        return str(choice["name"])
+    raise bad_request(
+        '\'tool_choice\' must be "auto", "none", "required" or {"type": "function", "name": ...}.',
+        "tool_choice",
+    )
+
+
+def parse(body: dict[str, Any]) -> Parsed:
+    """Read a responses request."""
+    prompt = Prompt(
+        text=_input_text(body),
+        model=optional_str(body, "model", DEFAULT_MODEL),
+        seed=optional_int(body, "seed"),
+        max_tokens=optional_int(body, "max_output_tokens", 1),
+        tools=_tools(body),
+        tool_choice=_tool_choice(body),
+        parallel_tool_calls=optional_bool(body, "parallel_tool_calls", True),
+    )
+    return Parsed(prompt=prompt, stream=optional_bool(body, "stream"), include_usage=False)
+
+
+def _usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.total_tokens,
+    }
+
+
+class ResponsesWire:
+    """Responses events for one answer; keeps the output items for the final response."""
+
+    flavour: Flavour = "openai"
+
+    def __init__(self, response_id: str, plan: Plan, parsed: Parsed) -> None:
+        self.id = response_id
+        self.plan = plan
+        self.created = int(time.time())
+        self.sequence = 0
+        self.items: list[dict[str, Any]] = []  # output items, in output_index order
+        self.item_ids: dict[int, str] = {}  # part index -> item id
+        self.texts: dict[int, str] = {}  # part index -> text or arguments so far
+
+    # -- building blocks ----------------------------------------------------------------
+    def _event(self, kind: str, **fields: Any) -> str:
+        payload = {"type": kind, "sequence_number": self.sequence, **fields}
+        self.sequence += 1
+        return frame(payload, kind)
+
+    def _response(self, status: str, **fields: Any) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "error": None,
+            "incomplete_details": None,
+            "instructions": None,
+            "max_output_tokens": None,
+            "model": self.plan.model,
+            "output": [],
+            "parallel_tool_calls": True,
+            "temperature": 1.0,
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": 1.0,
+            "usage": None,
+            **fields,
+        }
+
+    def _item(self, index: int, part: Part, status: str) -> dict[str, Any]:
+        text = self.texts.get(index, "")
+        if part.kind == "text":
+            content = (
+                [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+                if status != "in_progress"
+                else []
+            )
+            return {
+                "id": self.item_ids[index],
+                "type": "message",
+                "status": status,
+                "role": "assistant",
+                "content": content,
+            }
+        return {
+            "id": self.item_ids[index],
+            "type": "function_call",
+            "status": status,
+            "call_id": part.call_id,
+            "name": part.name,
+            "arguments": text,
+        }
+
+    def _close(self, index: int, part: Part, status: str) -> str:
+        """The events that finish one output item."""
+        item_id, text = self.item_ids[index], self.texts[index]
+        if part.kind == "text":
+            frames = self._event(
+                "response.output_text.done",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            )
+            frames += self._event(
+                "response.content_part.done",
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                part={"type": "output_text", "text": text, "annotations": [], "logprobs": []},
+            )
+        else:
+            frames = self._event(
+                "response.function_call_arguments.done",
+                item_id=item_id,
+                output_index=index,
+                name=part.name,
+                arguments=text,
+            )
+        item = self._item(index, part, status)
+        self.items.append(item)
+        return frames + self._event("response.output_item.done", output_index=index, item=item)
+
+    def _close_open(self, status: str) -> str:
+        open_parts = [i for i in self.item_ids if i >= len(self.items)]
+        return "".join(self._close(i, self.plan.parts[i], status) for i in open_parts)
+
+    # -- Wire ---------------------------------------------------------------------------
+    def encode(self, event: Event) -> str:
+        if isinstance(event, Opened):
+            response = self._response("in_progress")
+            return self._event("response.created", response=response) + self._event(
+                "response.in_progress", response=response
+            )
+        if isinstance(event, PartStarted):
+            index, part = event.index, event.part
+            self.item_ids[index] = new_id("msg_" if part.kind == "text" else "fc_")
+            self.texts[index] = ""
+            frames = self._event(
+                "response.output_item.added",
+                output_index=index,
+                item=self._item(index, part, "in_progress"),
+            )
+            if part.kind == "text":
+                frames += self._event(
+                    "response.content_part.added",
+                    item_id=self.item_ids[index],
+                    output_index=index,
+                    content_index=0,
+                    part={"type": "output_text", "text": "", "annotations": [], "logprobs": []},
+                )
+            return frames
+        if isinstance(event, Delta):
+            self.texts[event.index] += event.text
+            if event.part.kind == "text":
+                return self._event(
+                    "response.output_text.delta",
+                    item_id=self.item_ids[event.index],
+                    output_index=event.index,
+                    content_index=0,
+                    delta=event.text,
+                    logprobs=[],
+                )
+            return self._event(
+                "response.function_call_arguments.delta",
+                item_id=self.item_ids[event.index],
+                output_index=event.index,
+                delta=event.text,
+            )
+        if isinstance(event, PartStopped):
+            return self._close(event.index, event.part, "completed")
+        if isinstance(event, Finished):
+            if event.reason in ("stop", "tool_calls"):
+                response = self._response("completed", output=self.items, usage=_usage(event.usage))
+                return self._event("response.completed", response=response)
+            reason = "max_output_tokens" if event.reason == "length" else "content_filter"
+            frames = self._close_open("incomplete")
+            response = self._response(
+                "incomplete",
+                output=self.items,
+                usage=_usage(event.usage),
+                incomplete_details={"reason": reason},
+            )
+            return frames + self._event("response.incomplete", response=response)
+        if isinstance(event, Failed):
+            frames = self._close_open("incomplete")
+            error = {
+                "code": "server_error",
+                "message": "The server had an error while generating the response "
+                f"(mock scenario error_after={event.usage.completion_tokens}).",
+            }
+            response = self._response(
+                "failed", output=self.items, usage=_usage(event.usage), error=error
+            )
+            return frames + self._event("response.failed", response=response)
+        if isinstance(event, Malformed):
+            return 'event: response.output_text.delta\ndata: {"type":"response.output_te\n\n'
+        assert isinstance(event, Dropped)
+        return ""
+
+    def body(self, outcome: Outcome) -> dict[str, Any]:
+        for index, (part, text) in enumerate(outcome.parts):
+            self.item_ids[index] = new_id("msg_" if part.kind == "text" else "fc_")
+            self.texts[index] = text
+        status = "completed" if outcome.finish in ("stop", "tool_calls") else "incomplete"
+        items = [self._item(i, part, status) for i, (part, _) in enumerate(outcome.parts)]
+        details = None
+        if status == "incomplete":
+            reason = "max_output_tokens" if outcome.finish == "length" else "content_filter"
+            details = {"reason": reason}
+        return self._response(
+            status, output=items, usage=_usage(outcome.usage), incomplete_details=details
+        )

@@ -1,0 +1,188 @@
+"""What the mock remembers about each request, and the Prometheus metrics that sum it up.
+
+One :class:`Recorder` per app (on ``app.state.recorder``) owns the records and its own
+:class:`prometheus_client.CollectorRegistry`; nothing is process-global, so two apps in one
+process never see each other's numbers. Every state change goes through the recorder, which
+keeps the record and the metrics in step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, Literal
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+Api = Literal["chat", "responses", "messages"]
+State = Literal["running", "completed", "cancelled", "errored"]
+
+MAX_RECORDS: Final = 10_000
+TTFT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+@dataclass
+class RequestRecord:
+    """One request as the mock saw it. Times are ``time.time()`` floats, or ``None``.
+
+    ``tokens_after_disconnect`` counts tokens generated after the mock noticed the client
+    had gone; it stays 0 when cancellation works, because the generator stops at its next
+    ``await``.
+    """
+
+    id: str
+    api: Api
+    stream: bool
+    include_usage: bool
+    prompt_tokens: int
+    model: str = ""
+    scenario: dict[str, Any] = field(default_factory=dict)
+    state: State = "running"
+    status_code: int = 200
+    tokens_generated: int = 0
+    tokens_after_disconnect: int = 0
+    completion_tokens: int = 0
+    started_at: float = field(default_factory=time.time)
+    first_token_at: float | None = None
+    ended_at: float | None = None
+    disconnected_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Metrics:
+    """One set of the Prometheus series (replaced as a whole by :meth:`Recorder.reset`)."""
+
+    def __init__(self) -> None:
+        self.started = Counter(
+            "mock_requests_started", "Requests the mock started answering.", registry=None
+        )
+        self.completed = Counter(
+            "mock_requests_completed", "Answers that ended normally.", registry=None
+        )
+        self.cancelled = Counter(
+            "mock_requests_cancelled",
+            "Answers stopped because the client disconnected.",
+            registry=None,
+        )
+        self.errored = Counter(
+            "mock_requests_errored",
+            "Answers that ended in an error status, in-stream error or dropped connection.",
+            registry=None,
+        )
+        self.tokens = Counter(
+            "mock_tokens_generated", "Completion tokens generated.", registry=None
+        )
+        self.tokens_after_disconnect = Counter(
+            "mock_tokens_after_disconnect",
+            "Completion tokens generated after the client disconnected.",
+            registry=None,
+        )
+        self.ttft = Histogram(
+            "mock_ttft_seconds",
+            "Time from request to first token.",
+            buckets=TTFT_BUCKETS,
+            registry=None,
+        )
+
+    def collectors(self) -> tuple[Counter | Histogram, ...]:
+        return (
+            self.started,
+            self.completed,
+            self.cancelled,
+            self.errored,
+            self.tokens,
+            self.tokens_after_disconnect,
+            self.ttft,
+        )
+
+
+class _Exporter(Collector):
+    """Collects the recorder's current metrics, so the registry outlives a reset."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._recorder = recorder
+
+    def collect(self) -> Iterable[Metric]:
+        running = GaugeMetricFamily("mock_requests_running", "Answers in progress.")
+        running.add_metric([], self._recorder.running)
+        yield running
+        for collector in self._recorder.metrics.collectors():
+            yield from collector.collect()
+
+
+class Recorder:
+    """Records and metrics of one app; ``registry`` is its own Prometheus registry."""
+
+    def __init__(self, max_records: int = MAX_RECORDS) -> None:
+        self._records: deque[RequestRecord] = deque(maxlen=max_records)
+        self._running: set[str] = set()
+        self.metrics = Metrics()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Exporter(self))
+
+    # -- reading ------------------------------------------------------------------------
+    def records(self) -> list[RequestRecord]:
+        """All kept records, oldest first."""
+        return list(self._records)
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def exposition(self) -> bytes:
+        """The metrics in Prometheus text format."""
+        return generate_latest(self.registry)
+
+    def reset(self) -> None:
+        """Forget finished records and zero the counters; running answers stay counted."""
+        self._records = deque(
+            (r for r in self._records if r.id in self._running), maxlen=self._records.maxlen
+        )
+        self.metrics = Metrics()
+
+    # -- writing ------------------------------------------------------------------------
+    def start(self, record: RequestRecord) -> RequestRecord:
+        self._records.append(record)
+        self._running.add(record.id)
+        self.metrics.started.inc()
+        return record
+
+    def tokens(self, record: RequestRecord, count: int) -> None:
+        """``count`` more completion tokens were generated."""
+        now = time.time()
+        if record.first_token_at is None:
+            record.first_token_at = now
+            self.metrics.ttft.observe(now - record.started_at)
+        record.tokens_generated += count
+        self.metrics.tokens.inc(count)
+        if record.disconnected_at is not None:
+            record.tokens_after_disconnect += count
+            self.metrics.tokens_after_disconnect.inc(count)
+
+    def finish(self, record: RequestRecord, state: State, *, completion_tokens: int) -> None:
+        """End the record (only the first call counts)."""
+        if record.state != "running":
+            return
+        record.state = state
+        record.completion_tokens = completion_tokens
+        record.ended_at = time.time()
+        self._running.discard(record.id)
+        counter = {
+            "completed": self.metrics.completed,
+            "cancelled": self.metrics.cancelled,
+            "errored": self.metrics.errored,
+        }[state]
+        counter.inc()
+
+    def disconnected(self, record: RequestRecord) -> None:
+        """The client went away: note the time and end the record as cancelled."""
+        if record.state != "running":
+            return
+        record.disconnected_at = time.time()
+        self.finish(record, "cancelled", completion_tokens=record.tokens_generated)

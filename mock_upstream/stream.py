@@ -1,0 +1,173 @@
+"""Turn paced events into a streamed HTTP body (or one unary body), keeping the record.
+
+The body generator is where the waiting happens (:func:`mock_upstream.pacing.play` awaits
+inside it), so Starlette's disconnect listener cancels it at the next wait: the generator
+catches :class:`asyncio.CancelledError`, marks the record ``cancelled`` and re-raises.
+:class:`RecordedStreamingResponse` is the backstop for a disconnect that lands anywhere else
+(e.g. before the generator ever ran).
+
+``drop_after`` raises :class:`ConnectionDropped` from inside the generator after the last
+frame was handed over: uvicorn then closes the socket mid-body (the chunked body never gets
+its final chunk), which is what a client sees when an upstream dies. uvicorn logs any such
+exception as an error; :class:`QuietDropFilter` keeps that intended drop out of the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from mock_upstream.errors import Flavour
+from mock_upstream.events import (
+    Delta,
+    Dropped,
+    Event,
+    Failed,
+    Finished,
+    Malformed,
+    PartStarted,
+    Usage,
+)
+from mock_upstream.plan import FinishReason, Part
+from mock_upstream.records import Recorder, RequestRecord
+
+SSE_HEADERS: Final = {"Cache-Control": "no-cache"}
+UVICORN_ERROR_LOGGER: Final = "uvicorn.error"
+
+
+class ConnectionDropped(Exception):
+    """Raised inside a body generator to close the connection with no terminal event."""
+
+
+class QuietDropFilter(logging.Filter):
+    """Drops uvicorn's "Exception in ASGI application" record for :class:`ConnectionDropped`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, BaseExceptionGroup):
+            _, rest = exc.split(ConnectionDropped)
+            return rest is not None
+        return not isinstance(exc, ConnectionDropped)
+
+
+def quiet_intended_drops(logger_name: str = UVICORN_ERROR_LOGGER) -> None:
+    """Install :class:`QuietDropFilter` on uvicorn's error logger (once)."""
+    logger = logging.getLogger(logger_name)
+    if not any(isinstance(f, QuietDropFilter) for f in logger.filters):
+        logger.addFilter(QuietDropFilter())
+
+
+class Wire(Protocol):
+    """One API's wire format."""
+
+    flavour: Flavour
+
+    def encode(self, event: Event) -> str:
+        """The SSE frames for one event ("" for none)."""
+        ...
+
+    def body(self, outcome: Outcome) -> dict[str, Any]:
+        """The unary response body for a finished answer."""
+        ...
+
+
+@dataclass
+class Outcome:
+    """A whole answer collected for a unary response."""
+
+    parts: list[tuple[Part, str]] = field(default_factory=list)
+    finish: FinishReason = "stop"
+    usage: Usage = field(default_factory=lambda: Usage(0, 0))
+    failed: bool = False
+
+
+async def sse_body(
+    events: AsyncGenerator[Event, None], wire: Wire, recorder: Recorder, record: RequestRecord
+) -> AsyncIterator[bytes]:
+    """The streamed body; keeps ``record`` in step with what was sent."""
+    try:
+        async with aclosing(events):
+            async for event in events:
+                if isinstance(event, Dropped):
+                    recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
+                    raise ConnectionDropped(f"mock scenario drop_after: closing {record.id}")
+                if isinstance(event, Delta):
+                    recorder.tokens(record, event.tokens)
+                frames = wire.encode(event)
+                if frames:
+                    yield frames.encode()
+                if isinstance(event, Finished):
+                    recorder.finish(
+                        record, "completed", completion_tokens=event.usage.completion_tokens
+                    )
+                elif isinstance(event, Failed):
+                    recorder.finish(
+                        record, "errored", completion_tokens=event.usage.completion_tokens
+                    )
+    except (asyncio.CancelledError, GeneratorExit):
+        recorder.disconnected(record)
+        raise
+    except ConnectionDropped:
+        raise
+    except Exception:
+        recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
+        raise
+
+
+async def collect(
+    events: AsyncGenerator[Event, None], recorder: Recorder, record: RequestRecord
+) -> Outcome:
+    """Play a whole answer for a unary response (waits as long as the stream would)."""
+    outcome = Outcome()
+    texts: dict[int, list[str]] = {}
+    parts: dict[int, Part] = {}
+    try:
+        async for event in events:
+            if isinstance(event, PartStarted):
+                parts[event.index] = event.part
+                texts[event.index] = []
+            elif isinstance(event, Delta):
+                recorder.tokens(record, event.tokens)
+                texts[event.index].append(event.text)
+            elif isinstance(event, Finished):
+                outcome.finish, outcome.usage = event.reason, event.usage
+            elif isinstance(event, Failed | Dropped):
+                outcome.failed = True
+            elif isinstance(event, Malformed):
+                continue
+    except asyncio.CancelledError:
+        recorder.disconnected(record)
+        raise
+    outcome.parts = [(parts[i], "".join(texts[i])) for i in sorted(parts)]
+    if not outcome.failed and outcome.usage.completion_tokens == 0:
+        outcome.usage = Usage(record.prompt_tokens, record.tokens_generated)
+    return outcome
+
+
+class RecordedStreamingResponse(StreamingResponse):
+    """A streaming response that never leaves its record ``running`` once it is done."""
+
+    def __init__(
+        self,
+        content: AsyncIterator[bytes],
+        *,
+        recorder: Recorder,
+        record: RequestRecord,
+    ) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.recorder = recorder
+        self.record = record
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # still running here: the body never reached its end (client left early)
+            self.recorder.disconnected(self.record)

@@ -1,0 +1,141 @@
+"""Deterministic, readable prose: the same prompt and seed always give the same words.
+
+Sentences are built from small phrase lists about streaming (so notebook outputs read
+pleasantly), chosen by a :class:`random.Random` seeded from a SHA-256 of the seed and the
+prompt. Output is a list of tokens from :mod:`mock_upstream.tokenizer`; a shorter completion
+of the same request is a prefix of a longer one, except that the last token becomes a full
+stop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Final
+
+from mock_upstream.tokenizer import tokenize
+
+_SUBJECTS: Final = (
+    "the proxy",
+    "the client",
+    "each token",
+    "the upstream",
+    "a stream",
+    "the server",
+    "every chunk",
+    "the gateway",
+    "the model",
+    "a patient reader",
+    "the buffer",
+    "the connection",
+    "the event loop",
+    "a heartbeat",
+)
+_VERBS: Final = (
+    "forwards",
+    "waits for",
+    "carries",
+    "measures",
+    "flushes",
+    "reads",
+    "sends",
+    "watches",
+    "counts",
+    "keeps",
+    "closes",
+    "holds",
+    "notices",
+    "passes along",
+)
+_OBJECTS: Final = (
+    "the next token",
+    "a small chunk",
+    "the final usage",
+    "every event",
+    "the first byte",
+    "a quiet heartbeat",
+    "the open socket",
+    "a clear error",
+    "the running total",
+    "each new line",
+    "the last frame",
+    "a short reply",
+)
+_ENDINGS: Final = (
+    "as soon as it arrives",
+    "without delay",
+    "one step at a time",
+    "before the timer runs out",
+    "while the reader waits",
+    "in a steady rhythm",
+    "under heavy load",
+    "at the edge of the network",
+    "with great care",
+    "and then moves on",
+    "for the whole request",
+    "",
+)
+_OPENERS: Final = ("", "", "", "Then", "Meanwhile,", "After that,", "Still,", "Of course,")
+_SENTENCES_PER_PARAGRAPH: Final = (3, 6)
+
+
+def rng_for(prompt: str, seed: int, salt: str = "") -> random.Random:
+    """A random generator that depends only on ``seed``, ``prompt`` and ``salt``."""
+    digest = hashlib.sha256(f"{seed}\x00{salt}\x00{prompt}".encode()).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def sentence(rng: random.Random) -> str:
+    """One sentence, capitalised, ending in a full stop, without leading space."""
+    words = [
+        rng.choice(_OPENERS),
+        rng.choice(_SUBJECTS),
+        rng.choice(_VERBS),
+        rng.choice(_OBJECTS),
+        rng.choice(_ENDINGS),
+    ]
+    text = " ".join(w for w in words if w)
+    return text[0].upper() + text[1:] + "."
+
+
+def phrase(rng: random.Random) -> str:
+    """A few words for a string value (tool-call arguments)."""
+    return f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)}"
+
+
+def prose_tokens(prompt: str, seed: int, count: int) -> list[str]:
+    """Exactly ``count`` tokens of prose, ending with a full stop where that keeps the count.
+
+    The result is what :func:`~mock_upstream.tokenizer.tokenize` gives for its own join, so
+    usage counted from the text always matches the number of tokens streamed.
+    """
+    if count <= 0:
+        return []
+    rng = rng_for(prompt, seed)
+    paragraphs: list[list[str]] = [[]]
+    paragraph_length = rng.randint(*_SENTENCES_PER_PARAGRAPH)
+    written = 0
+    while written <= count:
+        if len(paragraphs[-1]) >= paragraph_length:
+            paragraphs.append([])
+            paragraph_length = rng.randint(*_SENTENCES_PER_PARAGRAPH)
+        line = sentence(rng)
+        paragraphs[-1].append(line)
+        written += len(tokenize(line))
+    tokens = tokenize("\n\n".join(" ".join(p) for p in paragraphs))[:count]
+    ended = [*tokens[:-1], "."]
+    if tokenize("".join(ended)) == ended:
+        return ended
+    return tokenize("".join(tokens))
+
+
+def chunk_sizes(prompt: str, seed: int, total: int) -> list[int]:
+    """How many tokens each streamed chunk carries: mostly 1, often 2, sometimes 3."""
+    rng = rng_for(prompt, seed, salt="chunks")
+    sizes: list[int] = []
+    left = total
+    while left > 0:
+        size = min(left, rng.choices((1, 2, 3), weights=(6, 3, 1))[0])
+        sizes.append(size)
+        left -= size
+    return sizes

@@ -1,0 +1,64 @@
+"""labkit doctor: structured lines, a readable rendering, and the exit-code rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit import doctor
+from labkit.doctor import DoctorLine, doctor_exit_code, format_doctor, run_doctor
+
+
+def test_doctor_on_this_machine_checks_everything_and_reaches_the_mock() -> None:
+    lines = run_doctor()
+    by_check = {line.check: line for line in lines}
+    for check in ("python", "kernel", "localhost ports", "curl", "nginx", "mock upstream"):
+        assert check in by_check
+    assert "package uvicorn" in by_check and "package httpx" in by_check
+    assert not any(name.startswith("package pytest") for name in by_check)  # dev extra
+    assert by_check["mock upstream"].status == "ok", by_check["mock upstream"]
+    assert by_check["localhost ports"].status == "ok"
+    assert by_check["python"].status == "ok"
+    assert all(line.fix for line in lines if not line.ok)
+
+
+def test_a_missing_program_is_a_warning_with_install_instructions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(doctor, "_find_program", lambda name: None)
+    line = doctor._check_program("nginx", "the nginx notebook")
+    assert line == DoctorLine(
+        "nginx",
+        "warn",
+        "not found (only needed for the nginx notebook)",
+        "`apt-get install nginx` (Debian/Ubuntu), `brew install nginx` (macOS) "
+        "or `conda install -c conda-forge nginx`",
+    )
+
+
+def test_a_crashing_check_becomes_a_fail_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    def _check_broken() -> DoctorLine:
+        raise OSError("no /proc")
+
+    monkeypatch.setattr(doctor, "_CHECKS", (_check_broken,))
+    (line,) = run_doctor()
+    assert line.check == "broken"
+    assert line.status == "fail"
+    assert line.found == "the check itself crashed: OSError: no /proc"
+
+
+def test_format_and_exit_code() -> None:
+    lines = [
+        DoctorLine("python", "ok", "Python 3.11.7"),
+        DoctorLine("nginx", "warn", "not found", "apt-get install nginx"),
+    ]
+    assert format_doctor(lines) == (
+        "OK   python  Python 3.11.7\n"
+        "WARN nginx   not found\n"
+        "             fix: apt-get install nginx\n"
+        "Ready for the lab (1 optional thing(s) missing)."
+    )
+    assert doctor_exit_code(lines) == 0
+    assert doctor_exit_code(lines, strict=True) == 1
+    failing = [*lines, DoctorLine("kernel", "fail", "no 'python3' kernel", "install it")]
+    assert doctor_exit_code(failing) == 1
+    assert format_doctor(failing).endswith("1 thing(s) to fix before starting the lab.")

@@ -1,0 +1,119 @@
+"""Every labkit error message, pinned: expected / got / what to do."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import labkit.errors as errors
+from labkit.errors import (
+    AppStartupError,
+    CaptureError,
+    InvalidTargetError,
+    LabkitError,
+    MockUpstreamError,
+    PortInUseError,
+    ServerExitedError,
+    ServerStartError,
+    StartTimeoutError,
+    TargetLoadError,
+)
+
+PINNED: list[tuple[Exception, str]] = [
+    (
+        PortInUseError(name="proxy", host="127.0.0.1", port=8901),
+        "'proxy' could not start on 127.0.0.1:8901: the port is already in use. "
+        "Pass port=0 to pick a free port, or stop the server that holds it.",
+    ),
+    (
+        StartTimeoutError(name="mock-upstream", timeout=5.0),
+        "'mock-upstream' did not start within 5.0 s: it was still starting up and has been "
+        "stopped. Make the app's startup quicker, or pass a larger start_timeout.",
+    ),
+    (
+        AppStartupError(name="proxy", error="RuntimeError: boom"),
+        "'proxy' did not start: its startup code raised RuntimeError: boom. Fix the app's "
+        "startup (lifespan or on_startup handler) and start it again.",
+    ),
+    (
+        ServerExitedError(name="proxy", how="the server thread exited (uvicorn exit code 1)"),
+        "'proxy' did not start: the server thread exited (uvicorn exit code 1) before it was "
+        "serving. Start it again; pass port=0 if a fixed port may be taken.",
+    ),
+    (
+        ServerExitedError(
+            name="learner", how="the server process exited with code 1", stderr_tail="Oops"
+        ),
+        "'learner' did not start: the server process exited with code 1 before it was serving. "
+        "Last lines of its stderr:\nOops\nFix the error above and start it again.",
+    ),
+    (
+        TargetLoadError(name="learner", target="proxy.py", error="SyntaxError: bad (x.py, line 1)"),
+        "'learner' did not start: could not load proxy.py: SyntaxError: bad (x.py, line 1). "
+        "Fix that error in the file and start it again.",
+    ),
+    (
+        InvalidTargetError("proxy", "it is neither a .py file nor a dotted module name"),
+        "Expected a target like 'path/to/proxy.py' or 'package.module:app', got 'proxy': "
+        "it is neither a .py file nor a dotted module name.",
+    ),
+    (
+        CaptureError(url="http://127.0.0.1:1/v1", error="ConnectError: refused"),
+        "Expected a response from http://127.0.0.1:1/v1, but the request failed: ConnectError: "
+        "refused. Is the server running? Start it with serve(...) or start_mock_upstream() and "
+        "use its .url.",
+    ),
+    (
+        MockUpstreamError(url="http://h/debug/requests", expected="HTTP 200", got="HTTP 404"),
+        "Expected HTTP 200 from http://h/debug/requests, got HTTP 404. Is that URL a mock "
+        "upstream? Use the .url of start_mock_upstream().",
+    ),
+]
+
+
+@pytest.mark.parametrize(("error", "message"), PINNED, ids=lambda v: type(v).__name__)
+def test_message_is_pinned(error: Exception, message: str) -> None:
+    assert str(error) == message
+
+
+def test_every_error_class_has_a_pinned_message() -> None:
+    classes = {
+        obj
+        for obj in vars(errors).values()
+        if inspect.isclass(obj) and issubclass(obj, LabkitError)
+    }
+    pinned = {type(error) for error, _ in PINNED}
+    assert classes - pinned == {LabkitError, ServerStartError}  # the two abstract-ish roots
+
+
+def test_hierarchy_matches_the_docstring() -> None:
+    for cls in (PortInUseError, StartTimeoutError, AppStartupError, ServerExitedError):
+        assert issubclass(cls, ServerStartError)
+    assert issubclass(TargetLoadError, ServerStartError)
+    assert issubclass(InvalidTargetError, ValueError)
+    doc = errors.__doc__ or ""
+    for name in errors.__all__:
+        assert name in doc, f"{name} is missing from the hierarchy drawn in the docstring"
+
+
+def test_external_server_url_message_is_pinned() -> None:
+    from labkit import ExternalServer
+
+    with pytest.raises(ServerStartError) as info:
+        ExternalServer("127.0.0.1:8001", name="mock-upstream")
+    assert str(info.value) == (
+        "Expected a URL like http://127.0.0.1:8001 for 'mock-upstream', got '127.0.0.1:8001'. "
+        "Fix the URL (no /v1 suffix needed)."
+    )
+
+
+def test_unbindable_address_message_is_pinned() -> None:
+    from labkit.handles import bind_socket
+
+    with pytest.raises(ServerStartError) as info:
+        bind_socket("192.0.2.1", 0, name="proxy")  # TEST-NET-1: not an address of this host
+    assert str(info.value) == (
+        "'proxy' could not start on 192.0.2.1:0: Cannot assign requested address. "
+        "Use host='127.0.0.1' and port=0 unless you need something else."
+    )

@@ -1,0 +1,165 @@
+"""start_mock_upstream() and MockUpstream against the real mock, over real sockets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from labkit import (
+    ExternalServer,
+    MockUpstream,
+    MockUpstreamError,
+    ServerHandle,
+    capture_stream,
+    running_servers,
+    serve,
+    start_mock_upstream,
+)
+from mock_upstream import create_app
+
+FAST = {"ttft_ms": 20, "tps": 200, "tokens": 10}
+
+
+def chat(**mock: Any) -> dict[str, Any]:
+    return {
+        "model": "mock-1",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": "Tell me about streaming."}],
+        "mock": mock,
+    }
+
+
+@pytest.fixture
+def upstream() -> Iterator[ServerHandle]:
+    handle = start_mock_upstream(**FAST)
+    yield handle
+    handle.stop()
+
+
+def test_start_mock_upstream_reuses_the_running_one(upstream: ServerHandle) -> None:
+    assert start_mock_upstream(**FAST) is upstream
+    assert running_servers() == [upstream]
+
+
+def test_start_mock_upstream_with_other_defaults_restarts_it_on_the_same_port(
+    upstream: ServerHandle,
+) -> None:
+    other = start_mock_upstream(ttft_ms=0, tps=500, tokens=3)
+    try:
+        assert other is not upstream
+        assert other.url == upstream.url
+        assert not upstream.running
+        assert running_servers() == [other]
+        assert capture_stream(f"{other.url}/v1/chat/completions", json=chat()).tokens >= 1
+    finally:
+        other.stop()
+
+
+def test_the_env_var_points_at_an_external_mock(monkeypatch: pytest.MonkeyPatch) -> None:
+    with serve(create_app(), name="external-mock") as external:
+        monkeypatch.setenv("LABKIT_UPSTREAM_URL", external.url + "/")
+        handle = start_mock_upstream(**FAST)
+        assert isinstance(handle, ExternalServer)
+        assert handle.url == external.url
+        assert handle.port == external.port
+        handle.stop()  # not ours: leaves it running
+        assert external.running
+        assert MockUpstream(handle).requests() == []
+
+
+def test_a_stream_shows_up_as_a_completed_record_with_usage(upstream: ServerHandle) -> None:
+    mock = MockUpstream(upstream)
+    mock.reset()
+    capture = capture_stream(f"{upstream.url}/v1/chat/completions", json=chat())
+    record = mock.last()
+    assert capture.terminal == "done"
+    assert record["id"] == capture.events[0].json()["id"]
+    assert record["state"] == "completed"
+    assert capture.usage is not None
+    assert capture.usage["completion_tokens"] == record["completion_tokens"] == 10
+    assert mock.running() == 0
+
+
+def test_disconnect_capture_leaves_the_mock_record_cancelled(upstream: ServerHandle) -> None:
+    mock = MockUpstream(upstream)
+    mock.reset()
+    capture = capture_stream(
+        f"{upstream.url}/v1/chat/completions",
+        json=chat(tps=20, tokens=200),
+        disconnect_after_events=3,
+    )
+    assert capture.terminal == "disconnected"
+    assert mock.wait_until_idle()
+    record = mock.last()
+    assert record["state"] == "cancelled"
+    assert record["disconnected_at"] is not None
+    assert record["tokens_generated"] < 200
+
+
+def test_disconnect_before_the_first_token_is_also_cancelled(upstream: ServerHandle) -> None:
+    mock = MockUpstream(upstream)
+    mock.reset()
+    capture = capture_stream(
+        f"{upstream.url}/v1/chat/completions", json=chat(ttft_ms=3000), disconnect_after_s=0.2
+    )
+    assert capture.tokens == 0
+    assert mock.wait_until_idle()
+    assert mock.last()["state"] == "cancelled"
+    assert mock.last()["tokens_generated"] == 0
+
+
+def test_metrics_are_parsed_into_numbers(upstream: ServerHandle) -> None:
+    mock = MockUpstream(upstream)
+    mock.reset()
+    capture_stream(f"{upstream.url}/v1/chat/completions", json=chat())
+    metrics = mock.metrics()
+    assert metrics["mock_requests_running"] == 0
+    assert metrics["mock_requests_completed_total"] >= 1
+    assert metrics["mock_tokens_generated_total"] >= 10
+    assert any(key.startswith("mock_ttft_seconds_bucket{le=") for key in metrics)
+    assert not any(key.endswith("_created") for key in metrics)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "terminal"),
+    [
+        (
+            "/v1/messages",
+            {
+                "model": "m",
+                "max_tokens": 64,
+                "stream": True,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+            "message_stop",
+        ),
+        ("/v1/responses", {"model": "m", "stream": True, "input": "hi"}, "response.completed"),
+    ],
+)
+def test_other_apis_are_captured_with_text_and_usage(
+    upstream: ServerHandle, path: str, body: dict[str, Any], terminal: str
+) -> None:
+    capture = capture_stream(upstream.url + path, json=body)
+    assert capture.terminal == terminal
+    assert capture.tokens >= 1 and capture.text
+    assert capture.usage is not None and capture.usage["output_tokens"] == 10
+
+
+def test_mock_errors_are_typed_and_say_what_to_do(upstream: ServerHandle) -> None:
+    mock = MockUpstream(upstream)
+    mock.reset()
+    with pytest.raises(MockUpstreamError) as info:
+        mock.last()
+    assert str(info.value) == (
+        f"Expected at least one request record from {upstream.url}/debug/requests, "
+        "got none (send a request first, or it was cleared by reset()). "
+        "Is that URL a mock upstream? Use the .url of start_mock_upstream()."
+    )
+    with pytest.raises(MockUpstreamError) as info:
+        MockUpstream("http://127.0.0.1:9").requests()
+    assert str(info.value).startswith(
+        "Expected a response from http://127.0.0.1:9/debug/requests, got ConnectError"
+    )

@@ -1,0 +1,58 @@
+"""The public surface: ``from labkit import ...`` is all a notebook writes."""
+
+from __future__ import annotations
+
+import inspect
+
+import labkit
+
+
+def test_all_is_sorted_and_every_name_exists() -> None:
+    assert labkit.__all__ == sorted(labkit.__all__)
+    assert len(set(labkit.__all__)) == len(labkit.__all__)
+    for name in labkit.__all__:
+        assert hasattr(labkit, name), name
+
+
+def test_contract_signatures() -> None:
+    params = inspect.signature(labkit.serve).parameters
+    assert list(params) == ["app", "name", "host", "port", "start_timeout"]
+    assert params["port"].default == 0 and params["start_timeout"].default == 5.0
+    params = inspect.signature(labkit.serve_subprocess).parameters
+    assert list(params) == [
+        "target",
+        "name",
+        "env",
+        "cwd",
+        "host",
+        "port",
+        "start_timeout",
+        "inherit_env",
+    ]
+    assert params["start_timeout"].default == 10.0
+    capture_params = [
+        "url",
+        "json",
+        "headers",
+        "method",
+        "disconnect_after_events",
+        "disconnect_after_s",
+        "read_interval_s",
+        "timeout",
+    ]
+    assert list(inspect.signature(labkit.capture_stream).parameters) == capture_params
+    assert list(inspect.signature(labkit.acapture_stream).parameters) == capture_params
+    assert inspect.signature(labkit.capture_stream).parameters["method"].default == "POST"
+
+
+def test_importing_labkit_does_not_import_matplotlib_or_start_anything() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threading, labkit; "
+        "print('matplotlib' in sys.modules, threading.active_count())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "1"]
+    assert out.stderr == ""

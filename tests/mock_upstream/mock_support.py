@@ -1,0 +1,96 @@
+"""Test support for the mock upstream: a real uvicorn server in a background thread."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from mock_upstream import Scenario, create_app
+
+# Fast by default: tests that need timing margins set their own scenario.
+FAST = Scenario(ttft_ms=20, tps=500.0, tokens=24)
+
+
+@dataclass
+class LiveServer:
+    """A running app: ``url`` has no ``/v1``; ``client`` is a plain httpx client on it."""
+
+    app: FastAPI
+    url: str
+    client: httpx.Client
+
+    def records(self) -> list[dict[str, Any]]:
+        response = self.client.get("/debug/requests")
+        response.raise_for_status()
+        records: list[dict[str, Any]] = response.json()
+        return records
+
+    def last(self) -> dict[str, Any]:
+        return self.records()[-1]
+
+    def wait_until_idle(self, timeout: float = 3.0) -> list[dict[str, Any]]:
+        """Records once none is running (fails the test after ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            records = self.records()
+            if all(r["state"] != "running" for r in records):
+                return records
+            if time.monotonic() > deadline:
+                pytest.fail(f"requests still running after {timeout} s: {records}")
+            time.sleep(0.01)
+
+    def metric(self, name: str) -> float:
+        """The value of one unlabelled sample in /metrics (0.0 when absent)."""
+        for line in self.client.get("/metrics").text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return 0.0
+
+
+class _Server(uvicorn.Server):
+    def install_signal_handlers(self) -> None:  # pragma: no cover - not in the main thread
+        pass
+
+
+def serve(app: FastAPI) -> Iterator[str]:
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=1
+    )
+    server = _Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 5.0
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the mock upstream test server did not start within 5 s")
+        time.sleep(0.005)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=5.0)
+
+
+def live_server(defaults: Scenario) -> Iterator[LiveServer]:
+    app = create_app(defaults)
+    for url in serve(app):
+        with httpx.Client(base_url=url, timeout=10.0) as client:
+            yield LiveServer(app, url, client)
+
+
+def scenario_header(**keys: object) -> dict[str, str]:
+    """``extra_headers`` for the SDKs: ``X-Mock-Scenario: k=v;k=v``."""
+    return {"X-Mock-Scenario": ";".join(f"{k}={v}" for k, v in keys.items())}
+
+
+USER = [{"role": "user", "content": "Tell me about streaming."}]

@@ -1,0 +1,99 @@
+"""Routes around the answers: models, health, debug records, reset and per-app metrics."""
+
+from __future__ import annotations
+
+from mock_support import USER, LiveServer
+
+from mock_upstream import Scenario, create_app
+
+CHAT = {"model": "mock-gpt", "messages": USER}
+
+
+def test_healthz_and_models(server: LiveServer) -> None:
+    assert server.client.get("/healthz").json() == {"status": "ok"}
+    models = server.client.get("/v1/models").json()
+    assert models["object"] == "list"
+    assert "mock-gpt" in [m["id"] for m in models["data"]]
+
+
+def test_debug_requests_lists_records_oldest_first_with_the_contract_fields(
+    server: LiveServer,
+) -> None:
+    first = server.client.post("/v1/chat/completions", json=CHAT).json()
+    second = server.client.post("/v1/chat/completions", json={**CHAT, "seed": 3}).json()
+    records = server.records()
+    assert [r["id"] for r in records] == [first["id"], second["id"]]
+    assert set(records[0]) >= {
+        "id",
+        "api",
+        "state",
+        "stream",
+        "tokens_generated",
+        "tokens_after_disconnect",
+        "include_usage",
+        "prompt_tokens",
+        "completion_tokens",
+        "started_at",
+        "first_token_at",
+        "ended_at",
+        "disconnected_at",
+    }
+    record = records[0]
+    assert record["prompt_tokens"] == first["usage"]["prompt_tokens"]
+    assert record["started_at"] <= record["first_token_at"] <= record["ended_at"]
+    assert record["disconnected_at"] is None
+
+
+def test_reset_clears_records_and_counters(server: LiveServer) -> None:
+    server.client.post("/v1/chat/completions", json=CHAT)
+    assert server.metric("mock_requests_completed_total") == 1
+    assert server.client.post("/debug/reset").json() == {"reset": True, "running": 0}
+    assert server.records() == []
+    assert server.metric("mock_requests_completed_total") == 0
+    assert server.metric("mock_tokens_generated_total") == 0
+
+
+def test_metrics_are_prometheus_text_with_every_series(server: LiveServer) -> None:
+    server.client.post("/v1/chat/completions", json=CHAT)
+    response = server.client.get("/metrics")
+    assert response.headers["content-type"].startswith("text/plain")
+    for name in [
+        "mock_requests_running",
+        "mock_requests_started_total",
+        "mock_requests_completed_total",
+        "mock_requests_cancelled_total",
+        "mock_requests_errored_total",
+        "mock_tokens_generated_total",
+        "mock_tokens_after_disconnect_total",
+        "mock_ttft_seconds_bucket",
+    ]:
+        assert f"\n{name}" in response.text, name
+    assert server.metric("mock_tokens_generated_total") == 24
+
+
+def test_two_apps_keep_separate_records_and_metrics(
+    server: LiveServer, fresh_server: LiveServer
+) -> None:
+    server.client.post("/v1/chat/completions", json=CHAT)
+    assert server.metric("mock_requests_started_total") == 1
+    assert fresh_server.metric("mock_requests_started_total") == 0
+    assert fresh_server.records() == []
+    assert server.app.state.registry is not fresh_server.app.state.registry
+
+
+def test_apps_built_in_one_process_share_no_state() -> None:
+    one, two = create_app(), create_app(Scenario(tps=100))
+    assert one.state.mock.recorder is not two.state.mock.recorder
+    assert one.state.mock.defaults == Scenario()
+    assert two.state.mock.defaults.tps == 100
+
+
+def test_app_defaults_apply_and_requests_override_them(server: LiveServer) -> None:
+    server.client.post("/v1/chat/completions", json=CHAT)
+    server.client.post("/v1/chat/completions", json=CHAT, headers={"X-Mock-Scenario": "tokens=7"})
+    server.client.post(
+        "/v1/chat/completions",
+        json={**CHAT, "mock": {"tokens": 9}},
+        headers={"X-Mock-Scenario": "tokens=7"},
+    )
+    assert [r["completion_tokens"] for r in server.records()] == [24, 7, 9]
