@@ -7,6 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from labkit.cli import main
 from labkit.student import SolutionRegionError, make_student_copies, strip_solutions
 
 ROUTE = """\
@@ -69,3 +70,33 @@ def test_student_copies_clear_outputs_and_keep_other_cells(tmp_path: Path) -> No
     assert learner.cells[1].outputs == []
     assert learner.cells[1].execution_count is None
     assert "NotImplementedError" in learner.cells[1].source
+
+
+def test_student_command_writes_copies_and_names_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "notebooks"
+    src.mkdir()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(ROUTE)]
+    nbformat.write(nb, src / "02_forwarding_proxy.ipynb")
+
+    assert main(["student", str(src), "--out", str(tmp_path / "student")]) == 0
+
+    out = capsys.readouterr().out
+    assert "02_forwarding_proxy.ipynb  (1 solution regions stubbed)" in out
+    assert (tmp_path / "student" / "02_forwarding_proxy.ipynb").exists()
+
+
+def test_student_command_refuses_to_overwrite_the_instructor_copies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["student", str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert "would overwrite the solutions" in capsys.readouterr().err
+
+
+def test_student_command_says_what_to_pass_when_the_folder_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["student", str(tmp_path / "nope"), "--out", str(tmp_path / "s")]) == 2
+    assert "pass the folder that holds the instructor notebooks" in capsys.readouterr().err

@@ -1,0 +1,21 @@
+"""The property checks: one catalogue used by the notebooks, the grader and the tests.
+
+Each check drives real clients over real sockets against a proxy that forwards to the mock
+upstream, and returns a ``CheckResult``: ``passed``, a one-line ``verdict`` with no numbers in
+it (notebooks print it and nbval compares it), the measured ``evidence`` and a ``hint`` that
+names the notebook step teaching the fix::
+
+    from labkit import run_checks
+    for result in run_checks(proxy.url, upstream_url=upstream.url, only=["trickle"]):
+        print(result)
+
+Ids: trickle, cancel, cancel_before_first_token, usage, midstream_error, upstream_status,
+long_stream, keepalive, concurrency, backpressure. Each check's module docstring describes its
+experiment and why a correct and a broken proxy land far apart.
+"""
+
+from labkit.checks.catalogue import CHECK_IDS, CHECKS, LANES, Check
+from labkit.checks.result import CheckResult
+from labkit.checks.runner import arun_checks, run_checks
+
+__all__ = ["CHECKS", "CHECK_IDS", "LANES", "Check", "CheckResult", "arun_checks", "run_checks"]

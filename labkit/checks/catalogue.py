@@ -1,0 +1,101 @@
+"""The catalogue: every check with its stable id, its time budget and the step that teaches it.
+
+Ids are part of the public contract (DESIGN.md): ``labkit grade --json`` reports by them and
+the notebooks ask for them. The order here is the order of every report.
+
+Lanes say what may run side by side. Checks in one lane run one after another; lanes run at the
+same time. The grader gives every lane its own proxy process, so a blocked event loop or a
+memory spike in one experiment cannot spill into another's numbers. The last lane
+(``backpressure``) drives its upstream at full speed; it needs a mock of its own, and against
+a shared one ``arun_checks`` runs it after the others (``SOLO_LANE``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+
+from labkit.checks.backpressure import check_backpressure
+from labkit.checks.cancel import check_cancel, check_cancel_before_first_token
+from labkit.checks.concurrency import check_concurrency
+from labkit.checks.context import CheckContext
+from labkit.checks.keepalive import check_keepalive
+from labkit.checks.long_stream import check_long_stream
+from labkit.checks.midstream_error import check_midstream_error
+from labkit.checks.result import CheckResult
+from labkit.checks.trickle import check_trickle
+from labkit.checks.upstream_status import check_upstream_status
+from labkit.checks.usage import check_usage
+
+__all__ = ["CHECKS", "CHECK_IDS", "LANES", "SOLO_LANE", "Check", "lanes_for", "select"]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One property check: ``run`` drives the experiment; ``budget_s`` bounds it."""
+
+    id: str
+    run: Callable[[CheckContext], Awaitable[CheckResult]]
+    budget_s: float
+    summary: str
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("trickle", check_trickle, 10.0, "tokens reach the client as they are generated"),
+    Check("cancel", check_cancel, 8.0, "a client disconnect stops the upstream promptly"),
+    Check(
+        "cancel_before_first_token",
+        check_cancel_before_first_token,
+        6.0,
+        "a disconnect while waiting for the first token also stops it",
+    ),
+    Check("usage", check_usage, 10.0, "the usage log has the true counts, once, right outcome"),
+    Check(
+        "midstream_error",
+        check_midstream_error,
+        8.0,
+        "a failure after the first token becomes an in-stream error event",
+    ),
+    Check(
+        "upstream_status",
+        check_upstream_status,
+        6.0,
+        "an upstream 429/5xx before the stream keeps its status and Retry-After",
+    ),
+    Check("long_stream", check_long_stream, 16.0, "a slow first token and a long stream survive"),
+    Check("keepalive", check_keepalive, 10.0, "SSE comments while the upstream is silent"),
+    Check("concurrency", check_concurrency, 10.0, "many concurrent streams all get through"),
+    Check("backpressure", check_backpressure, 12.0, "a slow reader does not grow the proxy memory"),
+)
+CHECK_IDS: tuple[str, ...] = tuple(check.id for check in CHECKS)
+BY_ID = {check.id: check for check in CHECKS}
+
+LANES: tuple[tuple[str, ...], ...] = (
+    ("long_stream", "upstream_status"),
+    ("keepalive", "midstream_error", "cancel_before_first_token"),
+    ("trickle", "cancel", "usage"),
+    ("concurrency",),
+    ("backpressure",),
+)
+SOLO_LANE = ("backpressure",)
+
+
+def select(only: str | Iterable[str] | None) -> tuple[str, ...]:
+    """The ids to run, in catalogue order. Raises ``ValueError`` naming an unknown id."""
+    if only is None:
+        return CHECK_IDS
+    wanted = {only} if isinstance(only, str) else set(only)
+    unknown = sorted(wanted - set(CHECK_IDS))
+    if unknown:
+        raise ValueError(
+            f"Expected check ids from {', '.join(CHECK_IDS)}; got unknown {', '.join(unknown)}. "
+            "Fix the spelling (ids use underscores)."
+        )
+    return tuple(i for i in CHECK_IDS if i in wanted)
+
+
+def lanes_for(ids: Iterable[str]) -> list[tuple[str, ...]]:
+    """The lanes restricted to ``ids``, empty lanes left out."""
+    chosen = set(ids)
+    lanes = [tuple(i for i in lane if i in chosen) for lane in LANES]
+    return [lane for lane in lanes if lane]

@@ -1,0 +1,124 @@
+"""What every check needs: where the proxy and the mock are, and how to find the mock's records.
+
+Each request a check sends carries its own ``seed`` in the body's ``mock`` field (a proxy must
+forward the body; it may drop headers). The mock keeps that scenario in its record, so a check
+finds *its* record among concurrent ones, even for a request cancelled before any chunk (and so
+before the client saw a completion id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit.checks.result import CheckResult, Evidence
+from labkit.upstream import MockUpstream
+
+__all__ = ["CheckContext", "Outcome", "Record", "chat_body", "finished", "ms"]
+
+Record = dict[str, Any]
+POLL_S = 0.05
+PROMPT = "Tell me how a streaming proxy keeps tokens flowing."
+
+
+def chat_body(
+    seed: int,
+    scenario: Mapping[str, object],
+    *,
+    stream: bool = True,
+    include_usage: bool = False,
+) -> dict[str, Any]:
+    """An OpenAI chat request whose ``mock`` field sets the scenario and tags it with ``seed``."""
+    body: dict[str, Any] = {
+        "model": "lab-model",
+        "messages": [{"role": "user", "content": PROMPT}],
+        "stream": stream,
+        "mock": {**scenario, "seed": seed},
+    }
+    if include_usage:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+@dataclass
+class CheckContext:
+    """One check run: the proxy under test and the mock upstream behind it."""
+
+    proxy_url: str
+    upstream_url: str
+    usage_log: Path | None = None
+    proxy_pid: int | None = None
+    started_at: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        self.proxy_url = self.proxy_url.rstrip("/")
+        self.upstream_url = self.upstream_url.rstrip("/")
+        self.mock = MockUpstream(self.upstream_url)
+
+    @property
+    def chat_url(self) -> str:
+        return f"{self.proxy_url}/v1/chat/completions"
+
+    @property
+    def sdk_base_url(self) -> str:
+        return f"{self.proxy_url}/v1"
+
+    async def records(self) -> list[Record]:
+        """The mock's records from this run (older ones are ignored)."""
+        records = await asyncio.to_thread(self.mock.requests)
+        return [r for r in records if r.get("started_at", 0.0) >= self.started_at - 1.0]
+
+    async def record(
+        self,
+        seed: int,
+        *,
+        until: Callable[[Record], bool] = lambda record: True,
+        wait_s: float = 1.0,
+    ) -> Record | None:
+        """The newest record tagged ``seed``, once ``until`` holds (or as it is after ``wait_s``).
+
+        None if the request never reached the upstream.
+        """
+        deadline = time.monotonic() + wait_s
+        while True:
+            found = [r for r in await self.records() if r.get("scenario", {}).get("seed") == seed]
+            record = found[-1] if found else None
+            if (record is not None and until(record)) or time.monotonic() >= deadline:
+                return record
+            await asyncio.sleep(POLL_S)
+
+
+def finished(record: Record) -> bool:
+    return record.get("state") != "running"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Builds the results of one check, so verdicts and hints stay next to each other."""
+
+    id: str
+    step: str
+
+    def passed(self, verdict: str, evidence: Evidence) -> CheckResult:
+        return CheckResult(self.id, True, verdict, _rounded(evidence), f"see {self.step}")
+
+    def failed(
+        self, verdict: str, evidence: Evidence, advice: str, *, step: str | None = None
+    ) -> CheckResult:
+        hint = f"{step or self.step}: {advice}"
+        return CheckResult(self.id, False, verdict, _rounded(evidence), hint)
+
+    def skipped(self, verdict: str, advice: str) -> CheckResult:
+        return CheckResult(self.id, False, verdict, {}, advice, skipped=True)
+
+
+def _rounded(evidence: Evidence) -> Mapping[str, float | int | str | bool | None]:
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in evidence.items()}
+
+
+def ms(seconds: float | None) -> int | None:
+    return None if seconds is None else round(seconds * 1000)

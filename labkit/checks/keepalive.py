@@ -1,0 +1,66 @@
+"""``keepalive``: while the upstream is silent, the proxy sends SSE comment heartbeats.
+
+The lab's contract: after at most 3 s of upstream silence, send an SSE comment line such as
+``: keep-alive`` (and again while the silence lasts). Load balancers and proxies cut idle
+connections (nginx after 60 s by default); a comment keeps the connection busy and every SSE
+client ignores it. Production proxies often use 15 s (sse-starlette's default); the lab asks
+for 3 s so this check stays quick. The reference proxy sends one every 2 s (``HEARTBEAT_S``).
+
+Experiment: three tokens, then the upstream goes silent for 4.5 s (under httpx's default 5 s
+read timeout, so this check does not also test timeouts), then the rest. Pass: at least one
+comment arrives during the silence and the stream still ends with ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+from labkit.capture import acapture_stream
+from labkit.checks.context import CheckContext, Outcome, chat_body, finished, ms
+from labkit.checks.result import CheckResult
+
+ID = "keepalive"
+STEP = "07_heartbeats_and_timeouts"
+SEED = 4801
+STALL_S = 4.5
+TPS = 20
+SCENARIO = {"ttft_ms": 200, "tps": TPS, "tokens": 12, "stall_after": 3, "stall_s": STALL_S}
+STALL_AFTER_TOKEN_S = 2 / TPS  # the third token is due two intervals after the first
+
+result = Outcome(ID, STEP)
+
+
+async def check_keepalive(ctx: CheckContext) -> CheckResult:
+    capture = await acapture_stream(ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=20)
+    record = await ctx.record(SEED, until=finished)
+    if record is None or record.get("first_token_at") is None:
+        return result.failed(
+            "the request never reached the upstream",
+            {"status": capture.status},
+            "forward POST /v1/chat/completions to the upstream with its JSON body.",
+            step="02_forwarding_proxy",
+        )
+    # The upstream's silence, on the capture's clock: from its third token for STALL_S.
+    silent_from = record["first_token_at"] - capture.started_at + STALL_AFTER_TOKEN_S
+    silent_until = silent_from + STALL_S
+    during = [c.t for c in capture.comments if silent_from < c.t < silent_until]
+    evidence = {
+        "terminal": capture.terminal,
+        "upstream_silence_ms": ms(STALL_S),
+        "comments_during_silence": len(during),
+        "first_comment_after_ms": ms(during[0] - silent_from) if during else None,
+        "comments_total": len(capture.comments),
+    }
+    if capture.status != 200 or capture.terminal != "done":
+        return result.failed(
+            "the stream did not survive the upstream's silence",
+            evidence,
+            "keep the stream open while the upstream is silent: no read timeout shorter than "
+            "the silence, and forward the rest when it comes.",
+        )
+    if during:
+        return result.passed("the proxy sends SSE comments while the upstream is silent", evidence)
+    return result.failed(
+        "no SSE comment arrived while the upstream was silent",
+        evidence,
+        "while waiting for the next upstream event, send b': keep-alive\\n\\n' after at most "
+        "3 s of silence (e.g. asyncio.timeout around the wait, as in the reference).",
+    )

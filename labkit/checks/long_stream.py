@@ -1,0 +1,44 @@
+"""``long_stream``: a slow first token and a long generation survive the proxy.
+
+Experiment: the first token takes 6 s (longer than httpx's default 5 s timeout), then 120
+tokens at 40 tokens/s. Pass: the client gets every token and ``data: [DONE]`` (~9 s in all).
+A proxy built on a bare ``httpx.AsyncClient()`` gives up at 5 s.
+"""
+
+from __future__ import annotations
+
+from labkit.capture import acapture_stream
+from labkit.checks.context import CheckContext, Outcome, chat_body, finished, ms
+from labkit.checks.result import CheckResult
+
+ID = "long_stream"
+STEP = "07_heartbeats_and_timeouts"
+SEED = 4701
+SCENARIO = {"ttft_ms": 6000, "tps": 40, "tokens": 120}
+
+result = Outcome(ID, STEP)
+
+
+async def check_long_stream(ctx: CheckContext) -> CheckResult:
+    capture = await acapture_stream(ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=20)
+    record = await ctx.record(SEED, until=finished)
+    evidence = {
+        "status": capture.status,
+        "terminal": capture.terminal,
+        "client_first_token_ms": ms(capture.ttft),
+        "client_total_ms": ms(capture.total_time),
+        "upstream_state": None if record is None else record.get("state"),
+        "upstream_tokens": None if record is None else record.get("tokens_generated"),
+    }
+    if capture.status == 200 and capture.terminal == "done":
+        return result.passed("a slow first token and a long generation reach the client", evidence)
+    if capture.ttft is None:
+        verdict = "the stream failed while the upstream was preparing its first token"
+    else:
+        verdict = "the stream failed before the generation finished"
+    return result.failed(
+        verdict,
+        evidence,
+        "give the upstream client explicit timeouts, e.g. httpx.Timeout(connect=5.0, "
+        "read=60.0, write=10.0, pool=10.0): the default (5 s each) kills slow streams.",
+    )

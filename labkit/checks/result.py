@@ -1,0 +1,55 @@
+"""What a check returns: pass or fail, one deterministic line, the numbers behind it, a hint.
+
+The verdict is what notebooks print and nbval compares, so it never contains a measured number
+(or any digit at all); the numbers go in ``evidence``. The hint names the notebook step that
+teaches the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["CheckResult", "Evidence", "Status"]
+
+Evidence = Mapping[str, float | int | str | bool | None]
+Status = Literal["passed", "failed", "skipped"]
+
+_MARKS: Mapping[Status, str] = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one check against one proxy.
+
+    ``passed`` is False for a skipped check too; ``skipped`` says it was not run (for example
+    ``usage`` without a usage log), and graders leave it out of the score.
+    """
+
+    id: str
+    passed: bool
+    verdict: str
+    evidence: Evidence = field(default_factory=dict)
+    hint: str = ""
+    skipped: bool = False
+
+    @property
+    def status(self) -> Status:
+        if self.skipped:
+            return "skipped"
+        return "passed" if self.passed else "failed"
+
+    def __str__(self) -> str:
+        """One stable line, e.g. ``PASS trickle: tokens reach the client as ...``."""
+        return f"{_MARKS[self.status]} {self.id}: {self.verdict}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "passed": self.passed,
+            "verdict": self.verdict,
+            "evidence": dict(self.evidence),
+            "hint": self.hint,
+        }

@@ -1,0 +1,106 @@
+"""Run checks against a running proxy: ``arun_checks`` (async) and ``run_checks`` (blocking).
+
+Every check gets its time budget; a check that runs out of it, or cannot reach the proxy, or
+trips over something unexpected, still returns a failed ``CheckResult`` with a plain verdict:
+running checks never raises because of what the proxy did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Iterable
+from pathlib import Path
+
+from labkit.checks.catalogue import BY_ID, SOLO_LANE, Check, lanes_for, select
+from labkit.checks.context import CheckContext
+from labkit.checks.result import CheckResult
+from labkit.errors import CaptureError
+
+__all__ = ["arun_checks", "run_checks"]
+
+REACH_STEP = "02_forwarding_proxy"
+
+
+async def run_one(check: Check, ctx: CheckContext) -> CheckResult:
+    """Run one check within its budget; turn anything unexpected into a failed result."""
+    try:
+        async with asyncio.timeout(check.budget_s) as budget:
+            return await check.run(ctx)
+    except TimeoutError:
+        if not budget.expired():
+            raise
+        return CheckResult(
+            check.id,
+            False,
+            "the check ran out of time: the proxy stopped answering",
+            {"budget_s": check.budget_s},
+            f"{REACH_STEP}: make sure every request gets a response and every stream ends.",
+        )
+    except CaptureError as exc:
+        return CheckResult(
+            check.id,
+            False,
+            "the proxy could not be reached",
+            {"error": exc.error},
+            f"{REACH_STEP}: start the proxy and serve POST /v1/chat/completions on its URL.",
+        )
+    except Exception as exc:
+        return CheckResult(
+            check.id,
+            False,
+            "the check could not run against this proxy",
+            {"error": f"{type(exc).__name__}: {exc}"[:300]},
+            f"{REACH_STEP}: answer with an OpenAI-style stream (text/event-stream, data: lines).",
+        )
+
+
+async def arun_checks(
+    proxy_url: str,
+    *,
+    upstream_url: str,
+    usage_log: str | Path | None = None,
+    only: str | Iterable[str] | None = None,
+    proxy_pid: int | None = None,
+) -> list[CheckResult]:
+    """Run the checks (all, or ``only`` these ids) against the proxy at ``proxy_url``.
+
+    ``upstream_url`` is the mock upstream the proxy forwards to (the checks read its records).
+    ``usage_log`` is the file the proxy appends usage lines to (``usage`` is skipped without
+    it); ``proxy_pid`` the process serving the proxy (``backpressure`` then reports its memory).
+    Lanes of checks run side by side, ``backpressure`` last. Results come in catalogue order.
+    """
+    ids = select(only)
+    ctx = CheckContext(
+        proxy_url,
+        upstream_url,
+        usage_log=None if usage_log is None else Path(usage_log),
+        proxy_pid=proxy_pid,
+    )
+    results: dict[str, CheckResult] = {}
+
+    async def run_lane(lane: tuple[str, ...]) -> None:
+        for check_id in lane:
+            results[check_id] = await run_one(BY_ID[check_id], ctx)
+
+    lanes = lanes_for(ids)
+    await asyncio.gather(*(run_lane(lane) for lane in lanes if lane != SOLO_LANE))
+    if SOLO_LANE in lanes:  # its upstream runs flat out: alone, so it slows nobody down
+        await run_lane(SOLO_LANE)
+    return [results[i] for i in ids]
+
+
+def run_checks(
+    proxy_url: str,
+    *,
+    upstream_url: str,
+    usage_log: str | Path | None = None,
+    only: str | Iterable[str] | None = None,
+    proxy_pid: int | None = None,
+) -> list[CheckResult]:
+    """Blocking ``arun_checks``. Runs on a helper thread, so it works inside a Jupyter kernel."""
+    coroutine = arun_checks(
+        proxy_url, upstream_url=upstream_url, usage_log=usage_log, only=only, proxy_pid=proxy_pid
+    )
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="labkit-checks") as pool:
+        return pool.submit(asyncio.run, coroutine).result()

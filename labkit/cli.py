@@ -1,0 +1,235 @@
+"""``labkit``: the command line. Only this module prints and chooses exit codes.
+
+    labkit grade proxy.py [--json] [--gradescope results.json] [--rubric rubric.toml]
+    labkit grade --url http://127.0.0.1:8080 --upstream http://127.0.0.1:8001
+    labkit grade --roster submissions/ --out grades/ [--jobs N]
+    labkit doctor
+    labkit student notebooks/ --out student/
+
+Exit codes: 0 every check passed, 1 some check failed (or a submission could not be graded),
+2 a usage or setup error (bad arguments, missing file, bad rubric, the grader's own mock did not
+start). Each subcommand is one ``_add_<name>`` function that registers its arguments and the
+function that runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from labkit.checks import CHECK_IDS
+from labkit.errors import LabkitError
+from labkit.grading.grader import agrade_url
+from labkit.grading.report import (
+    CSV_FIELDS,
+    SubmissionReport,
+    csv_row,
+    feedback_markdown,
+    gradescope_results,
+    render_table,
+)
+from labkit.grading.roster import (
+    GradingError,
+    Submission,
+    default_jobs,
+    find_submissions,
+    grade_in_worker,
+    grade_many,
+)
+from labkit.grading.rubric import Rubric
+
+__all__ = ["UsageError", "build_parser", "main"]
+
+
+class UsageError(LabkitError):
+    """The command line asks for something that cannot be done; exit code 2."""
+
+
+def _exit_code(reports: Sequence[SubmissionReport]) -> int:
+    return 0 if all(r.all_passed for r in reports) else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# labkit grade
+
+
+def _add_grade(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    grade = subcommands.add_parser(
+        "grade",
+        help="grade proxy.py submissions (or a running proxy) with the property checks",
+        description="Grade a learner's proxy.py, a running proxy (--url), or a class (--roster).",
+    )
+    grade.add_argument("file", nargs="?", help="the proxy.py to grade")
+    grade.add_argument("--url", help="grade a running proxy at this URL (black box)")
+    grade.add_argument("--upstream", help="with --url: the mock upstream that proxy forwards to")
+    grade.add_argument("--roster", nargs="+", metavar="PATH", help="submission files or folders")
+    grade.add_argument("--out", help="with --roster: folder for grades.csv and feedback files")
+    grade.add_argument("--jobs", type=int, help="with --roster: submissions graded at once")
+    grade.add_argument("--rubric", help="TOML file with weights and time limits")
+    grade.add_argument("--json", action="store_true", help="print the report as JSON")
+    grade.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
+    grade.add_argument("--only", nargs="+", metavar="ID", choices=CHECK_IDS, help="check ids")
+    grade.set_defaults(run=_run_grade)
+
+
+def _run_grade(args: argparse.Namespace) -> int:
+    modes = [args.file is not None, args.url is not None, args.roster is not None]
+    if sum(modes) != 1:
+        raise UsageError(
+            "Expected one of: a proxy file, --url URL --upstream URL, or --roster PATH --out DIR. "
+            "Run `labkit grade --help` for examples."
+        )
+    if args.url is not None and args.upstream is None:
+        raise UsageError(
+            "--url needs --upstream: the mock upstream that proxy forwards to "
+            "(start one with `mock-upstream --port 8001`)."
+        )
+    if args.roster is not None and args.out is None:
+        raise UsageError("--roster needs --out DIR: where to write grades.csv and feedback.")
+    if args.roster is not None and args.gradescope is not None:
+        raise UsageError("--gradescope grades one submission; leave it out with --roster.")
+    rubric = Rubric.load(args.rubric)
+    if args.roster is not None:
+        return _grade_roster(args, rubric)
+    if args.url is not None:
+        report = asyncio.run(agrade_url(args.url, args.upstream, rubric, only=args.only))
+    else:
+        path = Path(args.file)
+        if not path.is_file():
+            raise UsageError(f"There is no file {path}. Give the path of the proxy.py to grade.")
+        report = grade_in_worker(
+            Submission(path.name, path), rubric, rubric_path=args.rubric, only=args.only
+        )
+    if args.gradescope is not None:
+        target = Path(args.gradescope)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(gradescope_results(report), indent=2) + "\n")
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(render_table(report))
+    return _exit_code([report])
+
+
+def _grade_roster(args: argparse.Namespace, rubric: Rubric) -> int:
+    submissions = find_submissions(args.roster)
+    out = Path(args.out)
+    feedback_dir, json_dir = out / "feedback", out / "reports"
+    feedback_dir.mkdir(parents=True, exist_ok=True)
+    json_dir.mkdir(parents=True, exist_ok=True)
+    jobs = args.jobs or default_jobs()
+    total = len(submissions)
+    print(f"Grading {total} submissions, {jobs} at a time", file=sys.stderr)
+
+    def progress(done: int, report: SubmissionReport) -> None:
+        state = report.problem.kind if report.problem else f"{report.passed_count} passed"
+        print(
+            f"[{done:>{len(str(total))}}/{total}] {report.name}: {report.score:g}/"
+            f"{report.max_score:g} ({state}, {report.elapsed_s:.1f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    reports = grade_many(
+        submissions, rubric, rubric_path=args.rubric, jobs=jobs, only=args.only, on_done=progress
+    )
+    with open(out / "grades.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(CSV_FIELDS))
+        writer.writeheader()
+        for report in reports:
+            writer.writerow(csv_row(report))
+    for report in reports:
+        (feedback_dir / f"{report.name}.md").write_text(feedback_markdown(report))
+        (json_dir / f"{report.name}.json").write_text(json.dumps(report.to_json(), indent=2))
+    width = max(len(r.name) for r in reports)
+    for report in reports:
+        problem = f"  [{report.problem.kind}]" if report.problem else ""
+        print(f"{report.name:<{width}}  {report.score:g}/{report.max_score:g}{problem}")
+    print(f"Wrote {out / 'grades.csv'} and {len(reports)} feedback files in {feedback_dir}")
+    return _exit_code(reports)
+
+
+# ---------------------------------------------------------------------------------------------
+# labkit doctor
+
+
+def _add_doctor(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    doctor = subcommands.add_parser("doctor", help="check this machine is ready for the lab")
+    doctor.add_argument("--strict", action="store_true", help="treat warnings as failures")
+    doctor.set_defaults(run=_run_doctor)
+
+
+def _run_doctor(args: argparse.Namespace) -> int:
+    from labkit.doctor import doctor_exit_code, format_doctor, run_doctor
+
+    lines = run_doctor()
+    print(format_doctor(lines))
+    return doctor_exit_code(lines, strict=args.strict)
+
+
+# ---------------------------------------------------------------------------------------------
+# labkit student
+
+
+def _add_student(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    student = subcommands.add_parser(
+        "student", help="write learner copies: solutions stubbed, outputs cleared"
+    )
+    student.add_argument("notebooks", help="folder of instructor notebooks (e.g. notebooks/)")
+    student.add_argument("--out", required=True, help="folder to write the learner copies to")
+    student.set_defaults(run=_run_student)
+
+
+def _run_student(args: argparse.Namespace) -> int:
+    from labkit.student import make_student_copies
+
+    source, out = Path(args.notebooks), Path(args.out)
+    if not source.is_dir():
+        raise UsageError(
+            f"{source} is not a folder: pass the folder that holds the instructor notebooks, "
+            "e.g. `labkit student notebooks --out student`."
+        )
+    if out.resolve() == source.resolve():
+        raise UsageError(
+            f"--out {out} is the instructor folder itself: the learner copies would overwrite "
+            "the solutions. Pick another folder, e.g. --out student."
+        )
+    copies = make_student_copies(source, out)
+    for copy in copies:
+        print(f"{copy.target}  ({copy.regions} solution regions stubbed)")
+    print(f"Wrote {len(copies)} learner notebooks to {out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="labkit",
+        description="Streaming Proxy Lab: grade proxies, check a setup, make learner copies.",
+    )
+    subcommands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_grade(subcommands)
+    _add_doctor(subcommands)
+    _add_student(subcommands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except (UsageError, GradingError, LabkitError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

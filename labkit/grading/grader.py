@@ -1,0 +1,207 @@
+"""Grade one submission: a ``proxy.py`` file, or a running proxy given by URL (black box).
+
+For a file, ``agrade_file`` starts two mock upstreams and one proxy process per lane of checks
+(see ``labkit.checks.catalogue``), all in a temporary directory, sends one simple request to
+make sure the proxy answers at all, then runs the lanes side by side. Everything it started is
+stopped at the end, whatever happened. It never raises because of what the submission does:
+every failure becomes a ``Problem`` or a failed check in the report.
+
+Run it through ``labkit grade`` (which runs it in a worker process with a stripped
+environment, ``labkit.grading.worker``) to keep the instructor's secrets out of learner code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from labkit.capture import acapture_stream
+from labkit.checks import CheckResult, arun_checks
+from labkit.checks.catalogue import SOLO_LANE, lanes_for, select
+from labkit.checks.context import chat_body
+from labkit.errors import CaptureError
+from labkit.grading.report import Problem, SubmissionReport
+from labkit.grading.rubric import Rubric
+from labkit.grading.sandbox import problem_from, start_proxy
+from labkit.handles import ServerHandle
+from labkit.servers import serve_subprocess
+from labkit.subprocess_server import SubprocessServer
+
+__all__ = ["PREFLIGHT_S", "UPSTREAM_TARGET", "agrade_file", "agrade_url"]
+
+UPSTREAM_TARGET = "labkit.grading.upstream_app:app"
+PREFLIGHT_S = 5.0
+PREFLIGHT_SEED = 4001
+NOT_RUN_HINT = "fix the problem above and grade again."
+
+
+def _not_run(ids: Iterable[str], verdict: str) -> list[CheckResult]:
+    return [CheckResult(i, False, verdict, {}, NOT_RUN_HINT) for i in ids]
+
+
+async def _preflight(proxy_url: str) -> Problem | None:
+    """One short stream: does the proxy answer at all?"""
+    body = chat_body(PREFLIGHT_SEED, {"ttft_ms": 0, "tps": 1000, "tokens": 3})
+    try:
+        async with asyncio.timeout(PREFLIGHT_S + 1):
+            await acapture_stream(
+                f"{proxy_url}/v1/chat/completions", json=body, timeout=PREFLIGHT_S
+            )
+    except (TimeoutError, CaptureError):
+        return Problem(
+            "no_answer",
+            f"the proxy did not answer a simple streaming request within {PREFLIGHT_S:g} s. "
+            "Make POST /v1/chat/completions return a response, then grade again.",
+        )
+    return None
+
+
+async def _stop(servers: Iterable[ServerHandle]) -> None:
+    await asyncio.gather(*(asyncio.to_thread(s.stop) for s in servers))
+
+
+async def agrade_file(
+    path: str | os.PathLike[str],
+    rubric: Rubric | None = None,
+    *,
+    name: str | None = None,
+    only: str | Iterable[str] | None = None,
+) -> SubmissionReport:
+    """Grade the proxy in ``path``; the report's ``name`` defaults to the file name."""
+    rubric = rubric or Rubric()
+    source = Path(path)
+    ids = select(only)
+    report_name = name or source.name
+    started = time.monotonic()
+
+    def report(results: list[CheckResult], problem: Problem | None = None) -> SubmissionReport:
+        return SubmissionReport(
+            report_name, str(source), results, rubric, problem, time.monotonic() - started
+        )
+
+    if not await asyncio.to_thread(source.is_file):
+        missing = Problem("no_file", f"there is no file {source}. Check the path.")
+        return report(_not_run(ids, "not run: there is no submission file"), missing)
+
+    results: dict[str, CheckResult] = {}
+    servers: list[ServerHandle] = []
+    problem: Problem | None
+    sandbox = Path(tempfile.mkdtemp(prefix="labkit-grade-"))
+    try:
+        async with asyncio.timeout(rubric.submission_timeout_s):
+            problem = await _run_lanes(source, sandbox, ids, servers, results)
+    except TimeoutError:
+        problem = Problem(
+            "submission_timeout",
+            f"grading took longer than {rubric.submission_timeout_s:g} s and was stopped: "
+            "the proxy stopped answering. Make every request end, then grade again.",
+        )
+    finally:
+        await _stop(servers)
+        shutil.rmtree(sandbox, ignore_errors=True)
+    if problem is not None and not results:
+        return report(_not_run(ids, "not run: the proxy could not be graded"), problem)
+    stopped = _not_run([i for i in ids if i not in results], "not run: grading was stopped")
+    ordered = sorted([*results.values(), *stopped], key=lambda r: ids.index(r.id))
+    return report(ordered, problem)
+
+
+async def _run_lanes(
+    source: Path,
+    sandbox: Path,
+    ids: tuple[str, ...],
+    servers: list[ServerHandle],
+    results: dict[str, CheckResult],
+) -> Problem | None:
+    """Start mocks and proxies, check the proxy answers, run the lanes. Fills ``results``."""
+    submission = sandbox / "proxy.py"
+    shutil.copyfile(source, submission)
+    lanes = lanes_for(ids)
+
+    mocks = await asyncio.gather(
+        asyncio.to_thread(serve_subprocess, UPSTREAM_TARGET, cwd=sandbox),
+        asyncio.to_thread(serve_subprocess, UPSTREAM_TARGET, cwd=sandbox),
+        return_exceptions=True,
+    )
+    servers.extend(m for m in mocks if isinstance(m, SubprocessServer))
+    for mock in mocks:
+        if isinstance(mock, BaseException):
+            raise mock  # our own setup failed, not the submission: the CLI exits with 2
+    shared_mock, solo_mock = (m for m in mocks if isinstance(m, SubprocessServer))
+
+    def upstream_for(lane: tuple[str, ...]) -> SubprocessServer:
+        return solo_mock if lane == SOLO_LANE else shared_mock
+
+    def start(n: int, lane: tuple[str, ...]) -> SubprocessServer:
+        log = sandbox / f"usage-{n}.jsonl"
+        return start_proxy(
+            submission, upstream_url=upstream_for(lane).url, usage_log=log, cwd=sandbox
+        )
+
+    # One proxy first: a submission that spins at import or never answers then costs one
+    # process for a few seconds, not one per lane.
+    try:
+        proxies = [await asyncio.to_thread(start, 0, lanes[0])]
+    except Exception as exc:
+        return problem_from(exc, source.name)
+    servers.extend(proxies)
+    problem = await _preflight(proxies[0].url)
+    if problem is not None:
+        return problem
+    started = await asyncio.gather(
+        *(asyncio.to_thread(start, n, lane) for n, lane in enumerate(lanes) if n > 0),
+        return_exceptions=True,
+    )
+    proxies += [p for p in started if isinstance(p, SubprocessServer)]
+    servers.extend(proxies[1:])
+    failures = [p for p in started if isinstance(p, BaseException)]
+    if failures:
+        return problem_from(failures[0], source.name)
+
+    async def run_lane(n: int, lane: tuple[str, ...], proxy: SubprocessServer) -> None:
+        for result in await arun_checks(
+            proxy.url,
+            upstream_url=upstream_for(lane).url,
+            usage_log=sandbox / f"usage-{n}.jsonl",
+            only=lane,
+            proxy_pid=proxy.pid,
+        ):
+            results[result.id] = result
+
+    await asyncio.gather(*(run_lane(n, lane, proxies[n]) for n, lane in enumerate(lanes)))
+    return None
+
+
+async def agrade_url(
+    proxy_url: str,
+    upstream_url: str,
+    rubric: Rubric | None = None,
+    *,
+    only: str | Iterable[str] | None = None,
+) -> SubmissionReport:
+    """Grade a running proxy as a black box. ``usage`` is skipped (no usage log to read)."""
+    rubric = rubric or Rubric()
+    ids = select(only)
+    started = time.monotonic()
+    proxy_url = proxy_url.rstrip("/")
+    problem = await _preflight(proxy_url)
+    if problem is not None:
+        results = _not_run(ids, "not run: the proxy could not be graded")
+    else:
+        try:
+            async with asyncio.timeout(rubric.submission_timeout_s):
+                results = await arun_checks(proxy_url, upstream_url=upstream_url, only=ids)
+        except TimeoutError:
+            problem = Problem(
+                "submission_timeout",
+                f"grading took longer than {rubric.submission_timeout_s:g} s and was stopped.",
+            )
+            results = _not_run(ids, "not run: grading was stopped")
+    return SubmissionReport(
+        proxy_url, proxy_url, results, rubric, problem, time.monotonic() - started
+    )

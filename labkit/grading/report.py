@@ -1,0 +1,235 @@
+"""One submission's grade, and the ways to show it: terminal table, JSON, Gradescope, feedback.
+
+Renderers return strings or dicts; only the CLI prints and writes files. Everything a learner
+reads (table, feedback) puts the deterministic verdicts first and the measured numbers after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from labkit.checks import CHECK_IDS, CHECKS, CheckResult
+from labkit.grading.rubric import Rubric
+
+__all__ = [
+    "CSV_FIELDS",
+    "Problem",
+    "SubmissionReport",
+    "csv_row",
+    "feedback_markdown",
+    "gradescope_results",
+    "render_table",
+]
+
+SUMMARIES = {check.id: check.summary for check in CHECKS}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a submission could not be graded (fully): ``kind`` is stable, ``message`` plain."""
+
+    kind: str
+    message: str
+    details: str = ""
+
+
+@dataclass
+class SubmissionReport:
+    """The grade of one submission (a file, or a URL in black-box mode)."""
+
+    name: str
+    target: str
+    results: list[CheckResult]
+    rubric: Rubric
+    problem: Problem | None = None
+    elapsed_s: float = 0.0
+    points: dict[str, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        counted = [r.id for r in self.results if not r.skipped]
+        self.points = self.rubric.points(counted)
+
+    @property
+    def score(self) -> float:
+        return round(sum(self.points[r.id] for r in self.results if r.passed), 2)
+
+    @property
+    def max_score(self) -> float:
+        return round(sum(self.points.values()), 2)
+
+    @property
+    def all_passed(self) -> bool:
+        return self.problem is None and all(r.passed or r.skipped for r in self.results)
+
+    @property
+    def passed_count(self) -> int:
+        return sum(r.passed for r in self.results)
+
+    @property
+    def counted_count(self) -> int:
+        return sum(not r.skipped for r in self.results)
+
+    def result(self, check_id: str) -> CheckResult | None:
+        return next((r for r in self.results if r.id == check_id), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "submission": self.name,
+            "target": self.target,
+            "score": self.score,
+            "max_score": self.max_score,
+            "all_passed": self.all_passed,
+            "problem": None
+            if self.problem is None
+            else {
+                "kind": self.problem.kind,
+                "message": self.problem.message,
+                "details": self.problem.details,
+            },
+            "elapsed_s": round(self.elapsed_s, 2),
+            "checks": {
+                r.id: {**r.to_json(), "points": round(self.points.get(r.id, 0.0), 2)}
+                for r in self.results
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], rubric: Rubric) -> SubmissionReport:
+        problem = data.get("problem")
+        results = [
+            CheckResult(
+                id=check_id,
+                passed=bool(item["passed"]),
+                verdict=str(item["verdict"]),
+                evidence=dict(item.get("evidence", {})),
+                hint=str(item.get("hint", "")),
+                skipped=item.get("status") == "skipped",
+            )
+            for check_id, item in data["checks"].items()
+        ]
+        return cls(
+            name=str(data["submission"]),
+            target=str(data["target"]),
+            results=results,
+            rubric=rubric,
+            problem=None if problem is None else Problem(**problem),
+            elapsed_s=float(data.get("elapsed_s", 0.0)),
+        )
+
+
+def _points(value: float) -> str:
+    return f"{value:g}" if value == int(value) else f"{value:.1f}"
+
+
+def _evidence_text(result: CheckResult) -> str:
+    return ", ".join(f"{k}={v}" for k, v in result.evidence.items())
+
+
+def render_table(report: SubmissionReport, *, evidence: bool = True) -> str:
+    """The terminal view: one line per check, then what was seen and what to change."""
+    lines = [f"Grading {report.name}"]
+    if report.problem is not None:
+        lines.append(f"  problem: {report.problem.message}")
+    width = max(len(i) for i in CHECK_IDS)
+    for result in report.results:
+        mark = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[result.status]
+        lines.append(f"  {mark}  {result.id:<{width}}  {result.verdict}")
+        if evidence and result.status == "failed" and report.problem is None:
+            if result.evidence:
+                lines.append(f"        seen: {_evidence_text(result)}")
+            lines.append(f"        fix:  {result.hint}")
+    lines.append(
+        f"Score: {_points(report.score)}/{_points(report.max_score)} "
+        f"({report.passed_count} of {report.counted_count} checks passed)"
+    )
+    return "\n".join(lines)
+
+
+def feedback_markdown(report: SubmissionReport) -> str:
+    """What a learner gets back: each failed check with what was observed and what to change."""
+    lines = [
+        f"# Feedback for {report.name}",
+        "",
+        f"Score: **{_points(report.score)} / {_points(report.max_score)}** "
+        f"({report.passed_count} of {report.counted_count} checks passed).",
+        "",
+    ]
+    if report.problem is not None:
+        lines += ["## Your proxy could not be graded fully", "", report.problem.message, ""]
+        if report.problem.details:
+            lines += ["```", report.problem.details.rstrip(), "```", ""]
+    failed = [r for r in report.results if r.status == "failed"]
+    if failed and report.problem is None:
+        lines += ["## What to fix", ""]
+        for result in failed:
+            lines += [
+                f"### {result.id}: {SUMMARIES[result.id]}",
+                "",
+                f"- **Verdict**: {result.verdict}",
+                f"- **Observed**: {_evidence_text(result) or 'nothing measurable'}",
+                f"- **What to change**: {result.hint}",
+                "",
+            ]
+    lines += ["## All checks", "", "| check | result | verdict |", "|---|---|---|"]
+    for result in report.results:
+        lines.append(f"| {result.id} | {result.status} | {result.verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def gradescope_results(report: SubmissionReport) -> dict[str, Any]:
+    """Gradescope's ``results.json``: total score and one test per check."""
+    tests = []
+    for result in report.results:
+        if result.skipped:
+            continue
+        output = result.verdict
+        if result.status == "failed":
+            output += f"\nObserved: {_evidence_text(result)}\nWhat to change: {result.hint}"
+        tests.append(
+            {
+                "name": f"{result.id}: {SUMMARIES[result.id]}",
+                "score": round(report.points[result.id] if result.passed else 0.0, 2),
+                "max_score": round(report.points[result.id], 2),
+                "status": "passed" if result.passed else "failed",
+                "output": output,
+                "visibility": "visible",
+            }
+        )
+    results: dict[str, Any] = {
+        "score": report.score,
+        "execution_time": round(report.elapsed_s),
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+    }
+    if report.problem is not None:
+        results["output"] = report.problem.message
+    return results
+
+
+CSV_FIELDS: Sequence[str] = ("learner", "file", "score", "max_score", *CHECK_IDS, "problem")
+
+
+def csv_row(report: SubmissionReport) -> dict[str, str]:
+    row = {
+        "learner": report.name,
+        "file": report.target,
+        "score": _points(report.score),
+        "max_score": _points(report.max_score),
+        "problem": "" if report.problem is None else report.problem.kind,
+    }
+    for check_id in CHECK_IDS:
+        result = report.result(check_id)
+        row[check_id] = "" if result is None else result.status
+    return row
+
+
+def summary_counts(reports: Iterable[SubmissionReport]) -> dict[str, int]:
+    """How many submissions passed each check (for the roster's closing line)."""
+    counts = dict.fromkeys(CHECK_IDS, 0)
+    for report in reports:
+        for result in report.results:
+            counts[result.id] += int(result.passed)
+    return counts

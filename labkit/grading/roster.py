@@ -1,0 +1,188 @@
+"""Grade many submissions: find them, run them in parallel worker processes, collect reports.
+
+Each submission is graded by ``python -m labkit.grading.worker`` in its own process, with a
+stripped environment and a hard time limit, so a submission that hangs, crashes or floods
+memory costs only its own slot. ``jobs`` workers run at once (default: the cores this process
+may use).
+
+Submissions are ``.py`` files, or folders holding a ``proxy.py`` (the folder names the
+learner); a folder given on the command line is searched one level deep for both.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from labkit.checks.catalogue import select
+from labkit.errors import LabkitError
+from labkit.grading.report import Problem, SubmissionReport
+from labkit.grading.rubric import Rubric
+from labkit.grading.sandbox import clean_env
+
+__all__ = [
+    "GradingError",
+    "Submission",
+    "default_jobs",
+    "find_submissions",
+    "grade_in_worker",
+    "grade_many",
+]
+
+WORKER_GRACE_S = 20.0  # on top of the rubric's submission limit: process start-up and cleanup
+
+
+class GradingError(LabkitError):
+    """Grading could not be set up (bad paths, a worker that could not start the mocks)."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    learner: str
+    path: Path
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def find_submissions(paths: Iterable[str | os.PathLike[str]]) -> list[Submission]:
+    """Every submission under ``paths``, learner names made unique. Raises ``GradingError``."""
+    found: list[Submission] = []
+    for given in map(Path, paths):
+        if given.is_file():
+            learner = given.parent.name if given.name == "proxy.py" else given.stem
+            found.append(Submission(learner or given.stem, given))
+        elif given.is_dir():
+            for entry in sorted(given.iterdir()):
+                if entry.is_file() and entry.suffix == ".py":
+                    found.append(Submission(entry.stem, entry))
+                elif entry.is_dir() and (entry / "proxy.py").is_file():
+                    found.append(Submission(entry.name, entry / "proxy.py"))
+        else:
+            raise GradingError(
+                f"Expected a proxy file or a folder of them, got {given}: it "
+                "does not exist. Check the path."
+            )
+    if not found:
+        shown = ", ".join(str(p) for p in paths)
+        raise GradingError(
+            f"Expected .py files or folders holding proxy.py in {shown}, found none. "
+            "Point --roster at the folder of submissions."
+        )
+    seen: dict[str, int] = {}
+    unique = []
+    for submission in found:
+        count = seen.get(submission.learner, 0)
+        seen[submission.learner] = count + 1
+        learner = submission.learner if count == 0 else f"{submission.learner}-{count + 1}"
+        unique.append(Submission(learner, submission.path))
+    return unique
+
+
+def grade_in_worker(
+    submission: Submission,
+    rubric: Rubric,
+    *,
+    rubric_path: str | None = None,
+    only: Sequence[str] | None = None,
+) -> SubmissionReport:
+    """Grade one submission in a worker process. Raises ``GradingError`` on a setup failure."""
+    ids = select(only)
+    command = [sys.executable, "-m", "labkit.grading.worker", str(submission.path.resolve())]
+    command += ["--name", submission.learner]
+    if rubric_path is not None:
+        command += ["--rubric", str(Path(rubric_path).resolve())]
+    if only:
+        command += ["--only", *only]
+    limit = rubric.submission_timeout_s + WORKER_GRACE_S
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="labkit-worker-") as home:
+        process = subprocess.Popen(
+            command,
+            env=clean_env(home),
+            cwd=home,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        try:
+            out, err = process.communicate(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            problem = Problem(
+                "submission_timeout",
+                f"grading did not finish within {limit:g} s and was stopped.",
+            )
+            return _failed(submission, rubric, ids, problem, time.monotonic() - started)
+    if process.returncode == 2:
+        raise GradingError(err.decode(errors="replace").strip().removeprefix("error: "))
+    try:
+        return SubmissionReport.from_json(json.loads(out), rubric)
+    except (ValueError, KeyError, TypeError):
+        tail = "\n".join(err.decode(errors="replace").strip().splitlines()[-15:])
+        problem = Problem(
+            "grader_crashed",
+            f"the grading worker ended without a report (exit status {process.returncode}).",
+            tail,
+        )
+        return _failed(submission, rubric, ids, problem, time.monotonic() - started)
+
+
+def _failed(
+    submission: Submission,
+    rubric: Rubric,
+    ids: Sequence[str],
+    problem: Problem,
+    elapsed: float,
+) -> SubmissionReport:
+    from labkit.checks import CheckResult
+
+    results = [
+        CheckResult(i, False, "not run: grading was stopped", {}, "see the problem above.")
+        for i in ids
+    ]
+    return SubmissionReport(
+        submission.learner, str(submission.path), results, rubric, problem, elapsed
+    )
+
+
+def grade_many(
+    submissions: Sequence[Submission],
+    rubric: Rubric,
+    *,
+    rubric_path: str | None = None,
+    jobs: int | None = None,
+    only: Sequence[str] | None = None,
+    on_done: Callable[[int, SubmissionReport], None] | None = None,
+) -> list[SubmissionReport]:
+    """Grade every submission, ``jobs`` at a time; reports in the submissions' order.
+
+    ``on_done(n, report)`` is called as each finishes (n counts from 1), for progress.
+    """
+    reports: dict[int, SubmissionReport] = {}
+    with ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
+        futures = {
+            pool.submit(grade_in_worker, s, rubric, rubric_path=rubric_path, only=only): i
+            for i, s in enumerate(submissions)
+        }
+        for done, future in enumerate(as_completed(futures), start=1):
+            report = future.result()
+            reports[futures[future]] = report
+            if on_done is not None:
+                on_done(done, report)
+    return [reports[i] for i in range(len(submissions))]

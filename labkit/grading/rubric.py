@@ -1,0 +1,114 @@
+"""How much each check is worth, and the time limits: the rubric, read from TOML.
+
+Every key is optional; an empty file (or no file) gives the defaults::
+
+    max_score = 100            # what a submission that passes every check gets
+    submission_timeout_s = 90  # wall-time limit for grading one submission
+
+    [weights]                  # relative weights; a check not listed weighs 1; 0 leaves it out
+    trickle = 2
+    cancel = 2
+
+A check that is skipped (``usage`` when grading a URL) is left out of that submission's total,
+so its score is still out of ``max_score``.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit.checks import CHECK_IDS
+from labkit.errors import LabkitError
+
+__all__ = ["DEFAULT_MAX_SCORE", "DEFAULT_SUBMISSION_TIMEOUT_S", "Rubric", "RubricError"]
+
+DEFAULT_MAX_SCORE = 100.0
+DEFAULT_SUBMISSION_TIMEOUT_S = 90.0
+_TOP_KEYS = ("max_score", "submission_timeout_s", "weights")
+
+
+class RubricError(LabkitError):
+    """A rubric file that cannot be used; the message says which key and what to write."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"Rubric {path}: {problem}. Fix the file, or leave --rubric out.")
+        self.path = path
+
+
+@dataclass(frozen=True)
+class Rubric:
+    max_score: float = DEFAULT_MAX_SCORE
+    submission_timeout_s: float = DEFAULT_SUBMISSION_TIMEOUT_S
+    weights: Mapping[str, float] = field(default_factory=dict)
+
+    def weight(self, check_id: str) -> float:
+        return float(self.weights.get(check_id, 1.0))
+
+    def points(self, counted: list[str]) -> dict[str, float]:
+        """Points available for each counted check, summing to ``max_score``."""
+        total = sum(self.weight(i) for i in counted)
+        if total <= 0:
+            return dict.fromkeys(counted, 0.0)
+        return {i: self.max_score * self.weight(i) / total for i in counted}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_score": self.max_score,
+            "submission_timeout_s": self.submission_timeout_s,
+            "weights": {i: self.weight(i) for i in CHECK_IDS},
+        }
+
+    @classmethod
+    def load(cls, path: str | Path | None) -> Rubric:
+        """The rubric in ``path`` (TOML), or the defaults for None. Raises ``RubricError``."""
+        if path is None:
+            return cls()
+        shown = str(path)
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RubricError(shown, "there is no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RubricError(shown, f"it could not be read ({exc})") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise RubricError(shown, f"it is not valid TOML ({exc})") from None
+        return cls.from_mapping(data, path=shown)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, path: str = "<rubric>") -> Rubric:
+        unknown = sorted(set(data) - set(_TOP_KEYS))
+        if unknown:
+            raise RubricError(path, f"unknown key {unknown[0]!r}; expected {', '.join(_TOP_KEYS)}")
+        weights = data.get("weights", {})
+        if not isinstance(weights, Mapping):
+            raise RubricError(path, "[weights] must be a table of check id = number")
+        for key, value in weights.items():
+            if key not in CHECK_IDS:
+                raise RubricError(
+                    path, f"unknown check {key!r} in [weights]; expected {', '.join(CHECK_IDS)}"
+                )
+            _number(path, f"weights.{key}", value)
+        return cls(
+            max_score=_number(path, "max_score", data.get("max_score", DEFAULT_MAX_SCORE)),
+            submission_timeout_s=_number(
+                path,
+                "submission_timeout_s",
+                data.get("submission_timeout_s", DEFAULT_SUBMISSION_TIMEOUT_S),
+                positive=True,
+            ),
+            weights={k: float(v) for k, v in weights.items()},
+        )
+
+
+def _number(path: str, key: str, value: object, *, positive: bool = False) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if ok and math.isfinite(float(value)) and float(value) >= 0:  # type: ignore[arg-type]
+        if not positive or float(value) > 0:  # type: ignore[arg-type]
+            return float(value)  # type: ignore[arg-type]
+    wanted = "a number > 0" if positive else "a number >= 0"
+    raise RubricError(path, f"{key} = {value!r} is not valid; expected {wanted}")

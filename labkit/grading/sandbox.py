@@ -1,0 +1,110 @@
+"""Where learner code runs: a stripped environment, a temporary directory, a child process.
+
+``clean_env`` keeps only what Python needs to start (no API keys, no cloud tokens, no HTTP proxy
+settings). ``start_proxy`` serves a submission in a child process and turns every way that can
+fail (syntax error, import error, no ``app``, a startup that raises, an endless loop at import)
+into a ``Problem`` with a plain message and what to do next.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from labkit.errors import (
+    AppStartupError,
+    InvalidTargetError,
+    ServerExitedError,
+    ServerStartError,
+    StartTimeoutError,
+    TargetLoadError,
+)
+from labkit.grading.report import Problem
+from labkit.servers import serve_subprocess
+from labkit.subprocess_server import SubprocessServer
+
+__all__ = ["KEPT_ENV", "PROXY_START_TIMEOUT_S", "clean_env", "problem_from", "start_proxy"]
+
+KEPT_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "SYSTEMROOT")
+PROXY_START_TIMEOUT_S = 8.0
+AGAIN = "Fix it and grade again."
+
+
+def clean_env(
+    home: str | os.PathLike[str], extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """An environment with nothing secret in it: a few locale and path variables, ``home``."""
+    env = {name: os.environ[name] for name in KEPT_ENV if name in os.environ}
+    env.update(
+        HOME=os.fspath(home),
+        TMPDIR=os.fspath(home),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra or {})
+    return env
+
+
+def start_proxy(
+    submission: Path, *, upstream_url: str, usage_log: Path, cwd: Path
+) -> SubprocessServer:
+    """Serve ``submission``'s ``app`` in a child process with a clean environment.
+
+    Raises ``ServerStartError`` (a subclass per way of failing; see ``problem_from``).
+    """
+    env = clean_env(cwd, {"UPSTREAM_URL": upstream_url, "USAGE_LOG": os.fspath(usage_log)})
+    return serve_subprocess(
+        os.fspath(submission),
+        env=env,
+        inherit_env=False,
+        cwd=cwd,
+        start_timeout=PROXY_START_TIMEOUT_S,
+    )
+
+
+def problem_from(exc: BaseException, file_name: str) -> Problem:
+    """A plain account of why the proxy in ``file_name`` did not start, and what to do."""
+    if isinstance(exc, TargetLoadError):
+        error = exc.error
+        if error.startswith(("SyntaxError", "IndentationError", "TabError")):
+            kind = "syntax_error"
+            message = f"{file_name} has a syntax error: {error}. {AGAIN}"
+        elif error.startswith(("ModuleNotFoundError", "ImportError")):
+            kind = "import_error"
+            message = (
+                f"{file_name} could not be imported: {error}. Use only the packages the lab "
+                f"installs (fastapi, starlette, httpx, ...). {AGAIN}"
+            )
+        elif error.startswith("AttributeError") and "module-level" in error:
+            kind = "no_app"
+            message = (
+                f"{file_name} defines no module-level `app`: the grader serves `app` "
+                f"(e.g. `app = FastAPI()`). {AGAIN}"
+            )
+        else:
+            kind = "load_error"
+            message = f"{file_name} raised while it was imported: {error}. {AGAIN}"
+        return Problem(kind, message, exc.details)
+    if isinstance(exc, AppStartupError):
+        return Problem(
+            "startup_failed",
+            f"the app in {file_name} failed at startup: {exc.error}. Check its lifespan or "
+            f"startup code (it runs with UPSTREAM_URL and USAGE_LOG set). {AGAIN}",
+            exc.details,
+        )
+    if isinstance(exc, StartTimeoutError):
+        return Problem(
+            "start_timeout",
+            f"the proxy in {file_name} did not start within {exc.timeout:g} s: is there an "
+            f"endless loop or a long wait at import or startup? {AGAIN}",
+        )
+    if isinstance(exc, ServerExitedError):
+        return Problem(
+            "exited",
+            f"the proxy in {file_name} exited before it was serving ({exc.how}). {AGAIN}",
+            exc.stderr_tail,
+        )
+    if isinstance(exc, InvalidTargetError | ServerStartError):
+        return Problem("start_failed", f"the proxy in {file_name} did not start: {exc}")
+    return Problem("start_failed", f"the proxy in {file_name} did not start: {exc!r}")

@@ -1,0 +1,11 @@
+"""Broken: when the client leaves, nothing closes the upstream response.
+
+The body generator stops, but the reader task goes on reading the upstream (and nothing else
+closes it), so the upstream keeps generating tokens nobody will read.
+"""
+
+FAILS = {"cancel", "cancel_before_first_token"}
+PATCHES = [
+    ("        reader.cancel()\n", ""),
+    ("        background=BackgroundTask(upstream.aclose),\n", ""),
+]

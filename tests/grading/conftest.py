@@ -1,0 +1,44 @@
+"""Fixtures for the checks, the reference proxy and the grader: a mock upstream and the reference
+served on real sockets, and a guard that every test stops what it started."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from labkit import serve
+from labkit.handles import ServerHandle, registry
+from labkit.reference import proxy as reference
+from mock_upstream import create_app
+
+
+@pytest.fixture
+def mock() -> Iterator[ServerHandle]:
+    with serve(create_app(), name="grading-mock") as server:
+        yield server
+
+
+@pytest.fixture
+def usage_log(tmp_path: Path) -> Path:
+    return tmp_path / "usage.jsonl"
+
+
+@pytest.fixture
+def reference_proxy(
+    mock: ServerHandle, usage_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ServerHandle]:
+    """The reference proxy on a thread, forwarding to ``mock`` and logging to ``usage_log``."""
+    monkeypatch.setenv("UPSTREAM_URL", mock.url)
+    monkeypatch.setenv("USAGE_LOG", str(usage_log))
+    with serve(reference.app, name="reference-proxy") as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running() -> Iterator[None]:
+    yield
+    leaked = registry.live()
+    registry.stop_all()
+    assert not leaked, f"servers left running: {leaked}"

@@ -1,0 +1,47 @@
+"""Broken proxies built from the reference by small text patches, so they cannot drift from it.
+
+Each module in ``broken/`` has a docstring (the bug), ``PATCHES`` (``(old, new)`` or
+``(old, new, count)``: ``old`` must occur exactly once, or ``count`` times, in the reference)
+and ``FAILS``, the checks that variant must fail (and no others).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import labkit.reference.proxy
+
+REFERENCE = Path(labkit.reference.proxy.__file__)
+BROKEN_DIR = Path(__file__).parent / "broken"
+VARIANTS = sorted(p.stem for p in BROKEN_DIR.glob("*.py"))
+
+
+def variant(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"broken_{name}", BROKEN_DIR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def broken_source(name: str) -> str:
+    """The reference with ``name``'s patches applied; fails loudly if a patch no longer fits."""
+    source = REFERENCE.read_text(encoding="utf-8")
+    for patch in variant(name).PATCHES:
+        old, new, count = (*patch, 1) if len(patch) == 2 else patch
+        found = source.count(old)
+        assert found == count, f"{name}: {old!r} is in the reference {found} times, not {count}"
+        source = source.replace(old, new)
+    return source
+
+
+def write_variant(name: str, folder: Path) -> Path:
+    path = folder / f"{name}.py"
+    path.write_text(broken_source(name), encoding="utf-8")
+    return path
+
+
+def expected_failures(name: str) -> set[str]:
+    return set(variant(name).FAILS)

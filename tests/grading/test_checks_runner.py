@@ -1,0 +1,62 @@
+"""Running checks against a live proxy, as a notebook does: results, skips, failures, budgets."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from labkit import CheckResult, run_checks
+from labkit.checks import CHECK_IDS
+from labkit.checks.catalogue import Check, select
+from labkit.checks.context import CheckContext
+from labkit.checks.runner import run_one
+from labkit.handles import ServerHandle
+
+
+def test_reference_passes_the_quick_checks_in_catalogue_order(
+    reference_proxy: ServerHandle, mock: ServerHandle, usage_log: Path
+) -> None:
+    results = run_checks(
+        reference_proxy.url,
+        upstream_url=mock.url,
+        usage_log=usage_log,
+        only=["usage", "trickle", "upstream_status", "midstream_error"],
+    )
+    assert [r.id for r in results] == ["trickle", "usage", "midstream_error", "upstream_status"]
+    assert all(r.passed for r in results), [str(r) for r in results]
+    assert str(results[0]) == "PASS trickle: tokens reach the client as the upstream generates them"
+
+
+def test_usage_is_skipped_without_a_usage_log(
+    reference_proxy: ServerHandle, mock: ServerHandle
+) -> None:
+    [result] = run_checks(reference_proxy.url, upstream_url=mock.url, only="usage")
+    assert result.skipped and not result.passed
+    assert str(result) == "SKIP usage: skipped: no usage log to read"
+
+
+def test_an_unreachable_proxy_is_a_failed_check_not_an_exception(mock: ServerHandle) -> None:
+    [result] = run_checks("http://127.0.0.1:9", upstream_url=mock.url, only=["trickle"])
+    assert not result.passed
+    assert result.verdict == "the proxy could not be reached"
+    assert result.hint.startswith("02_forwarding_proxy: ")
+
+
+def test_a_check_over_its_budget_fails_with_a_plain_verdict() -> None:
+    async def endless(ctx: CheckContext) -> CheckResult:
+        await asyncio.sleep(60)
+        raise AssertionError("unreachable")
+
+    check = Check("trickle", endless, 0.05, "never ends")
+    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9")
+    result = asyncio.run(run_one(check, ctx))
+    assert result.verdict == "the check ran out of time: the proxy stopped answering"
+    assert result.evidence == {"budget_s": 0.05}
+
+
+def test_unknown_check_ids_are_named_in_the_error() -> None:
+    with pytest.raises(ValueError, match=r"got unknown cancelled, trikle\. Fix the spelling"):
+        select(["trikle", "cancelled", "usage"])
+    assert select(None) == CHECK_IDS

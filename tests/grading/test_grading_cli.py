@@ -1,0 +1,166 @@
+"""``labkit grade`` end to end: exact output where it is deterministic, exit codes, and a batch
+of submissions that fail in every way a submission can, which must not stop the batch."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from labkit.checks import CHECK_IDS
+from labkit.cli import main
+from labkit.handles import ServerHandle
+
+SYNTAX_ERROR = "def broken(:\n    pass\n"
+BAD_SUBMISSIONS = {
+    "syntax_error": (SYNTAX_ERROR, "syntax_error"),
+    "import_error": ("import not_a_module_anyone_has\n", "import_error"),
+    "no_app": ("application = None\n", "no_app"),
+    "startup_fails": (
+        "from contextlib import asynccontextmanager\n"
+        "from fastapi import FastAPI\n\n\n"
+        "@asynccontextmanager\n"
+        "async def lifespan(app):\n"
+        "    raise RuntimeError('no database')\n"
+        "    yield\n\n\n"
+        "app = FastAPI(lifespan=lifespan)\n",
+        "startup_failed",
+    ),
+    "import_loop": ("while True:\n    pass\n", "start_timeout"),
+    "never_answers": (
+        "import asyncio\nfrom fastapi import FastAPI\n\napp = FastAPI()\n\n\n"
+        "@app.post('/v1/chat/completions')\n"
+        "async def chat():\n"
+        "    await asyncio.sleep(3600)\n",
+        "no_answer",
+    ),
+}
+
+
+def not_run_lines() -> list[str]:
+    return [f"  FAIL  {i:<25}  not run: the proxy could not be graded" for i in CHECK_IDS]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            [],
+            "Expected one of: a proxy file, --url URL --upstream URL, or --roster PATH --out DIR. "
+            "Run `labkit grade --help` for examples.",
+        ),
+        (
+            ["--url", "http://127.0.0.1:9"],
+            "--url needs --upstream: the mock upstream that proxy forwards to "
+            "(start one with `mock-upstream --port 8001`).",
+        ),
+        (["--roster", "x"], "--roster needs --out DIR: where to write grades.csv and feedback."),
+        (["missing.py"], "There is no file missing.py. Give the path of the proxy.py to grade."),
+    ],
+)
+def test_usage_errors_say_what_to_do_and_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["grade", *argv]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_a_bad_rubric_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text("[weights]\ntrikle = 2\n")
+    assert main(["grade", "missing.py", "--rubric", str(rubric)]) == 2
+    assert "unknown check 'trikle' in [weights]" in capsys.readouterr().err
+
+
+def test_a_syntax_error_is_reported_plainly_and_scored_zero(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "alice.py"
+    path.write_text(SYNTAX_ERROR)
+    gradescope = tmp_path / "gs" / "results.json"
+    assert main(["grade", str(path), "--gradescope", str(gradescope)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "Grading alice.py",
+        "  problem: alice.py has a syntax error: SyntaxError: invalid syntax (proxy.py, line 1). "
+        "Fix it and grade again.",
+        *not_run_lines(),
+        "Score: 0/100 (0 of 10 checks passed)",
+    ]
+    results = json.loads(gradescope.read_text())
+    assert results["score"] == 0
+    assert len(results["tests"]) == len(CHECK_IDS)
+    assert results["output"].startswith("alice.py has a syntax error")
+
+
+def test_json_output_reports_checks_by_id(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "proxy.py"
+    path.write_text(SYNTAX_ERROR)
+    assert main(["grade", str(path), "--json", "--only", "trickle", "usage"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert list(report["checks"]) == ["trickle", "usage"]
+    assert report["problem"]["kind"] == "syntax_error"
+    assert report["score"] == 0
+
+
+def test_black_box_grading_skips_only_what_needs_the_usage_log(
+    reference_proxy: ServerHandle, mock: ServerHandle, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["grade", "--url", reference_proxy.url, "--upstream", mock.url]
+    assert main([*argv, "--only", "trickle", "usage", "upstream_status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"Grading {reference_proxy.url}"
+    assert lines[1:] == [
+        "  PASS  trickle                    tokens reach the client as the upstream generates them",
+        "  SKIP  usage                      skipped: no usage log to read",
+        "  PASS  upstream_status            the upstream's error status and Retry-After reach "
+        "the client",
+        "Score: 100/100 (2 of 2 checks passed)",
+    ]
+
+
+@pytest.mark.slow
+def test_a_batch_of_broken_submissions_is_graded_to_the_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    roster = tmp_path / "submissions"
+    roster.mkdir()
+    for name, (source, _) in BAD_SUBMISSIONS.items():
+        (roster / f"{name}.py").write_text(source)
+    (roster / "bob").mkdir()
+    (roster / "bob" / "proxy.py").write_text(SYNTAX_ERROR)
+    out = tmp_path / "grades"
+
+    assert main(["grade", "--roster", str(roster), "--out", str(out), "--jobs", "2"]) == 1
+
+    with (out / "grades.csv").open() as handle:
+        rows = {row["learner"]: row for row in csv.DictReader(handle)}
+    expected = {name: kind for name, (_, kind) in BAD_SUBMISSIONS.items()}
+    problems = {name: row["problem"] for name, row in rows.items()}
+    assert problems == {**expected, "bob": "syntax_error"}
+    assert all(row["score"] == "0" for row in rows.values())
+    for learner in rows:
+        feedback = (out / "feedback" / f"{learner}.md").read_text()
+        assert feedback.startswith(f"# Feedback for {learner}\n")
+        assert "## Your proxy could not be graded fully" in feedback
+    err = capsys.readouterr().err
+    assert err.startswith("Grading 7 submissions, 2 at a time\n")
+    assert err.count("/7] ") == 7
+
+
+def test_learner_code_does_not_see_the_instructors_secrets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-instructor-secret")
+    path = tmp_path / "proxy.py"
+    path.write_text(
+        "import os\n"
+        "if 'OPENAI_API_KEY' in os.environ:\n"
+        "    raise RuntimeError('saw the key')\n"
+        "assert os.environ['UPSTREAM_URL'].startswith('http://127.0.0.1:')\n"
+    )
+    assert main(["grade", str(path), "--json", "--only", "trickle"]) == 1
+    assert json.loads(capsys.readouterr().out)["problem"]["kind"] == "no_app"

@@ -1,0 +1,47 @@
+"""The grader's own mutation test: the reference passes every check, and each broken proxy
+fails exactly the checks its module names (see ``broken/``), graded the way instructors grade a
+class (roster mode, parallel workers)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from grading_support import REFERENCE, VARIANTS, broken_source, expected_failures, write_variant
+
+from labkit.checks import CHECK_IDS
+from labkit.grading.roster import Submission, grade_many
+from labkit.grading.rubric import Rubric
+
+
+def test_every_broken_proxy_is_still_a_small_edit_of_the_reference() -> None:
+    assert len(VARIANTS) == 12
+    reference = REFERENCE.read_text()
+    for name in VARIANTS:
+        source = broken_source(name)
+        assert source != reference, name
+        compile(source, f"{name}.py", "exec")
+        assert expected_failures(name) <= set(CHECK_IDS), name
+
+
+@pytest.mark.slow
+def test_verdict_table(tmp_path: Path) -> None:
+    submissions = [Submission("reference", REFERENCE)]
+    submissions += [Submission(name, write_variant(name, tmp_path)) for name in VARIANTS]
+    reports = grade_many(submissions, Rubric())
+
+    table, wrong = [], []
+    for report in reports:
+        failed = {r.id for r in report.results if not r.passed}
+        expected = set() if report.name == "reference" else expected_failures(report.name)
+        marks = " ".join("." if check_id not in failed else "F" for check_id in CHECK_IDS)
+        table.append(f"{report.name:<24} {marks}  {report.elapsed_s:5.1f} s")
+        if failed != expected or report.problem is not None:
+            wrong.append(f"{report.name}: failed {sorted(failed)}, expected {sorted(expected)}")
+            wrong += [f"    {r} {dict(r.evidence)}" for r in report.results]
+        for result in report.results:
+            assert not re.search(r"\d", result.verdict), result  # nbval compares verdicts
+    print("\n".join(["", "verdict table (F = failed):", *table]), file=sys.stderr)
+    assert not wrong, "\n".join(wrong)
