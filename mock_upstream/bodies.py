@@ -8,12 +8,35 @@ from typing import Any
 
 from starlette.requests import Request
 
-from mock_upstream.errors import bad_request
+from mock_upstream.errors import ApiError, bad_request
+
+#: Larger request bodies get a 413 (read no further than this).
+MAX_BODY_BYTES = 2_000_000
+
+
+def _too_large() -> ApiError:
+    return ApiError(
+        413,
+        f"The request body is larger than {MAX_BODY_BYTES} bytes: send a shorter prompt.",
+        code="request_too_large",
+    )
+
+
+async def _read_capped(request: Request) -> bytes:
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise _too_large()
+    raw = bytearray()
+    async for part in request.stream():
+        raw += part
+        if len(raw) > MAX_BODY_BYTES:
+            raise _too_large()
+    return bytes(raw)
 
 
 async def read_json(request: Request) -> dict[str, Any]:
-    """The body as a JSON object, or a 400 that says what was wrong."""
-    raw = await request.body()
+    """The body as a JSON object, or a 400 (413 if too large) that says what was wrong."""
+    raw = await _read_capped(request)
     if not raw.strip():
         raise bad_request("The request body is empty: expected a JSON object.")
     try:
