@@ -1,0 +1,164 @@
+"""The benchmark harness: its pure figures, its table, and one tiny real run of the loadgen."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import configs, report, stats  # the repository root is on pytest's pythonpath
+from bench.loadgen import Dechunker
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_percentile_interpolates_between_ranks() -> None:
+    values = [1.0, 2.0, 3.0, 4.0]
+    assert stats.percentile(values, 0.0) == 1.0
+    assert stats.percentile(values, 1.0) == 4.0
+    assert stats.percentile(values, 0.5) == pytest.approx(2.5)
+    assert stats.percentile([7.0], 0.99) == 7.0
+    assert math.isnan(stats.percentile([], 0.5))
+
+
+def test_percentile_rejects_a_quantile_outside_zero_to_one() -> None:
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        stats.percentile([1.0], 50)
+
+
+def test_chunks_spaced_at_the_upstream_interval_are_not_batched() -> None:
+    assert not stats.is_batched([0.05, 0.05, 0.1, 0.05], interval=0.05)
+
+
+def test_chunks_arriving_together_are_batched() -> None:
+    # a buffering proxy: everything lands within a millisecond, then one long wait
+    assert stats.is_batched([0.0001, 0.0002, 0.0001, 2.0], interval=0.05)
+    assert not stats.is_batched([], interval=0.05)
+
+
+def test_ratio_is_unknown_for_a_missing_or_zero_base() -> None:
+    assert stats.ratio(3.0, 2.0) == 1.5
+    assert math.isnan(stats.ratio(3.0, 0.0))
+    assert math.isnan(stats.ratio(math.nan, 2.0))
+    assert stats.fmt_ratio(1.5) == "×1.50"
+    assert stats.fmt_ratio(math.nan) == "–"
+    assert stats.fmt(math.nan) == "–"
+
+
+def test_a_level_with_a_failed_stream_is_not_sustained() -> None:
+    level = {"streams": 10, "completed": 9, "failed": 1, "itl": {"p99_ms": 60.0}}
+    assert not stats.level_sustained(level, floor_p99_itl_ms=60.0)
+    level = {"streams": 10, "completed": 10, "failed": 0, "itl": {"p99_ms": 69.0}}
+    assert stats.level_sustained(level, floor_p99_itl_ms=60.0)
+    assert not stats.level_sustained(level, floor_p99_itl_ms=58.0)
+
+
+def _level(level: int, completed: int, p99: float) -> dict[str, object]:
+    return {
+        "level": level,
+        "streams": completed,
+        "completed": completed,
+        "failed": 0,
+        "itl": {"p99_ms": p99},
+    }
+
+
+def test_a_proxy_whose_streams_queue_does_not_sustain_the_level() -> None:
+    direct = [_level(100, 350, 150.0), _level(200, 700, 151.0), _level(400, 1400, 151.0)]
+    # gaps as good as direct's, but streams waited in a full pool: half as many completed
+    queued = [_level(100, 350, 151.0), _level(200, 350, 151.0), _level(400, 700, 151.0)]
+    assert stats.max_sustained(direct, direct) == 400
+    assert stats.max_sustained(queued, direct) == 100
+    slow = [_level(100, 350, 170.0)]
+    assert stats.max_sustained(slow, direct) == 0
+
+
+def test_dechunker_reassembles_a_body_split_anywhere() -> None:
+    body = b"5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n"
+    for cut in range(len(body)):
+        decoder = Dechunker()
+        assert decoder.feed(body[:cut]) + decoder.feed(body[cut:]) == b"hello, world"
+        assert decoder.done
+
+
+def _figures(ttft_p50: float, burst_p50: float, cpu: float) -> dict[str, object]:
+    return {
+        "label": "x",
+        "steady": {
+            "streams": 100,
+            "failed": 0,
+            "batched": False,
+            "median_gap_ms": 50.0,
+            "ttft": {"p50_ms": ttft_p50, "p99_ms": ttft_p50 * 2},
+            "itl": {"p99_ms": 60.0},
+            "cpu_s_per_1000_chunks": cpu,
+        },
+        "burst": {"ttft": {"p50_ms": burst_p50, "p99_ms": burst_p50 * 2}},
+    }
+
+
+def test_table_shows_added_figures_and_ratios_to_nginx() -> None:
+    result = {
+        "plan": {"steady_streams": 100},
+        "configs": {
+            "direct": _figures(20.0, 100.0, 0.1),
+            "reference": _figures(21.5, 110.0, 0.2),
+            "nginx": _figures(21.0, 105.0, 0.05),
+        },
+    }
+    lines = report.table(result).splitlines()
+    assert lines[0].startswith("| configuration |")
+    assert lines[1].startswith("| :--- | ---: |")
+    reference = next(line for line in lines if line.startswith("| reference |"))
+    cells = [cell.strip() for cell in reference.strip("|").split("|")]
+    assert cells[1] == "1.5 / 3.0"  # added TTFT p50 / p99 over direct
+    assert cells[2] == "10.0 (×1.05)"  # burst: added, and absolute p50 against nginx
+    assert cells[6] == "0.200 (×4.00)"  # CPU per 1000 chunks against nginx
+    met = {goal.text.split(":")[0]: goal.met for goal in report.goals(result)}
+    assert met["steady 100 streams"] is True
+    assert met["burst"] is True
+
+
+def test_select_always_puts_direct_first_and_rejects_unknown_names() -> None:
+    assert [c.name for c in configs.select(["nginx"], quick=False)] == ["direct", "nginx"]
+    assert "reference" in [c.name for c in configs.select(None, quick=True)]
+    with pytest.raises(ValueError, match="unknown configuration"):
+        configs.select(["squid"], quick=False)
+
+
+@pytest.mark.slow
+def test_loadgen_measures_a_small_steady_run_against_the_mock() -> None:
+    mock = configs.start_mock(ttft_ms=10, tps=50.0, tokens=10)
+    try:
+        spec = {
+            "port": mock.port,
+            "model": "mock-gpt",
+            "shape": "steady",
+            "streams": 3,
+            "seconds": 1.0,
+            "stagger_s": 0.1,
+            "stream_timeout_s": 10,
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.loadgen", json.dumps(spec)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        )
+    finally:
+        mock.stop()
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["event"] == "result"
+    assert result["failed"] == 0, result["errors"]
+    assert result["completed"] >= 3
+    assert len(result["ttft_s"]) == result["completed"]
+    # wide sanity only: 10 tokens at 50/s with a 10 ms first token
+    assert 0.0 < min(result["ttft_s"]) < 5.0
+    assert 0.0 < stats.percentile(result["gaps_s"], 0.5) < 1.0
+    assert not stats.is_batched(result["gaps_s"], interval=1 / 50)
