@@ -15,57 +15,106 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
-from labkit.checks.backpressure import check_backpressure
-from labkit.checks.cancel import check_cancel, check_cancel_before_first_token
-from labkit.checks.concurrency import check_concurrency
+from labkit.checks import (
+    backpressure,
+    cancel,
+    concurrency,
+    keepalive,
+    long_stream,
+    midstream_error,
+    trickle,
+    upstream_status,
+    usage,
+)
 from labkit.checks.context import CheckContext
-from labkit.checks.keepalive import check_keepalive
-from labkit.checks.long_stream import check_long_stream
-from labkit.checks.midstream_error import check_midstream_error
 from labkit.checks.result import CheckResult
-from labkit.checks.trickle import check_trickle
-from labkit.checks.upstream_status import check_upstream_status
-from labkit.checks.usage import check_usage
 
 __all__ = ["CHECKS", "CHECK_IDS", "LANES", "SOLO_LANE", "Check", "lanes_for", "select"]
 
 
 @dataclass(frozen=True)
 class Check:
-    """One property check: ``run`` drives the experiment; ``budget_s`` bounds it."""
+    """One property check: ``run`` drives the experiment; ``budget_s`` bounds it; ``step`` is
+    the notebook that teaches the property."""
 
     id: str
     run: Callable[[CheckContext], Awaitable[CheckResult]]
     budget_s: float
     summary: str
+    step: str
 
 
 CHECKS: tuple[Check, ...] = (
-    Check("trickle", check_trickle, 10.0, "tokens reach the client as they are generated"),
-    Check("cancel", check_cancel, 8.0, "a client disconnect stops the upstream promptly"),
+    Check(
+        "trickle",
+        trickle.check_trickle,
+        10.0,
+        "tokens reach the client as they are generated",
+        trickle.STEP,
+    ),
+    Check(
+        "cancel",
+        cancel.check_cancel,
+        8.0,
+        "a client disconnect stops the upstream promptly",
+        cancel.STEP,
+    ),
     Check(
         "cancel_before_first_token",
-        check_cancel_before_first_token,
+        cancel.check_cancel_before_first_token,
         6.0,
         "a disconnect while waiting for the first token also stops it",
+        cancel.STEP,
     ),
-    Check("usage", check_usage, 10.0, "the usage log has the true counts, once, right outcome"),
+    Check(
+        "usage",
+        usage.check_usage,
+        10.0,
+        "the usage log has the true counts, once, right outcome",
+        usage.STEP,
+    ),
     Check(
         "midstream_error",
-        check_midstream_error,
+        midstream_error.check_midstream_error,
         8.0,
         "a failure after the first token becomes an in-stream error event",
+        midstream_error.STEP,
     ),
     Check(
         "upstream_status",
-        check_upstream_status,
+        upstream_status.check_upstream_status,
         6.0,
         "an upstream 429/5xx before the stream keeps its status and Retry-After",
+        upstream_status.STEP,
     ),
-    Check("long_stream", check_long_stream, 16.0, "a slow first token and a long stream survive"),
-    Check("keepalive", check_keepalive, 10.0, "SSE comments while the upstream is silent"),
-    Check("concurrency", check_concurrency, 10.0, "many concurrent streams all get through"),
-    Check("backpressure", check_backpressure, 12.0, "a slow reader does not grow the proxy memory"),
+    Check(
+        "long_stream",
+        long_stream.check_long_stream,
+        16.0,
+        "a slow first token and a long stream survive",
+        long_stream.STEP,
+    ),
+    Check(
+        "keepalive",
+        keepalive.check_keepalive,
+        10.0,
+        "SSE comments while the upstream is silent",
+        keepalive.STEP,
+    ),
+    Check(
+        "concurrency",
+        concurrency.check_concurrency,
+        10.0,
+        "many concurrent streams all get through",
+        concurrency.STEP,
+    ),
+    Check(
+        "backpressure",
+        backpressure.check_backpressure,
+        12.0,
+        "a slow reader does not grow the proxy memory",
+        backpressure.STEP,
+    ),
 )
 CHECK_IDS: tuple[str, ...] = tuple(check.id for check in CHECKS)
 BY_ID = {check.id: check for check in CHECKS}

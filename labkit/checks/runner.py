@@ -35,7 +35,8 @@ async def run_one(check: Check, ctx: CheckContext) -> CheckResult:
             False,
             "the check ran out of time: the proxy stopped answering",
             {"budget_s": check.budget_s},
-            f"{REACH_STEP}: make sure every request gets a response and every stream ends.",
+            f"{check.step}: make sure every request gets a response and every stream ends "
+            "(heartbeats alone never end a stream).",
         )
     except CaptureError as exc:
         return CheckResult(

@@ -49,11 +49,14 @@ def test_a_check_over_its_budget_fails_with_a_plain_verdict() -> None:
         await asyncio.sleep(60)
         raise AssertionError("unreachable")
 
-    check = Check("trickle", endless, 0.05, "never ends")
+    check = Check("midstream_error", endless, 0.05, "never ends", "06_midstream_errors")
     ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9")
     result = asyncio.run(run_one(check, ctx))
     assert result.verdict == "the check ran out of time: the proxy stopped answering"
     assert result.evidence == {"budget_s": 0.05}
+    # Bug: the hint always named step 02, even for a stream that heartbeats for ever in step 06.
+    # Fix: a check that runs out of time points to the step that teaches its own property.
+    assert result.hint.startswith("06_midstream_errors: ")
 
 
 def test_unknown_check_ids_are_named_in_the_error() -> None:
