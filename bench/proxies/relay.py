@@ -14,20 +14,39 @@ import os
 import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-HEARTBEAT_S = float(os.environ.get("HEARTBEAT_S", "2"))
-UPSTREAM_IDLE_S = float(os.environ.get("UPSTREAM_IDLE_S", "60"))
-QUEUE_EVENTS = 64
+# The settings and the plain helpers are the reference's own, so the two cannot drift apart;
+# only the relay loops below are rebuilt, around a client-neutral interface.
+from labkit.reference.proxy import (
+    FORWARDED_HEADERS,
+    HEARTBEAT,
+    HEARTBEAT_S,
+    QUEUE_EVENTS,
+    SSE_HEADERS,
+    UPSTREAM_IDLE_S,
+    Usage,
+    error_body,
+    event_data,
+    log_usage,
+)
+
+__all__ = [
+    "UPSTREAM_IDLE_S",
+    "Upstream",
+    "UpstreamResponse",
+    "make_app",
+    "relay",
+    "relay_lean",
+    "upstream_url",
+]
+
 END_OF_BODY_S = 1.0  # after [DONE], how long the reader may take to see the body's end
-FORWARDED_HEADERS = ("authorization", "x-mock-scenario")
-HEARTBEAT = b": keep-alive\n\n"
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 class UpstreamResponse(Protocol):
@@ -47,30 +66,6 @@ class Upstream(Protocol):
     errors: tuple[type[BaseException], ...]
 
     async def open(self, body: dict[str, Any], headers: dict[str, str]) -> UpstreamResponse: ...
-
-
-@dataclass
-class Usage:
-    id: str | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    total_tokens: int | None = None
-
-    def take(self, usage: dict[str, Any]) -> None:
-        self.prompt_tokens = usage.get("prompt_tokens")
-        self.completion_tokens = usage.get("completion_tokens")
-        self.total_tokens = usage.get("total_tokens")
-
-
-def log_usage(usage: Usage, outcome: str) -> None:
-    path = os.environ.get("USAGE_LOG")
-    if path:
-        with open(path, "a", encoding="utf-8") as log:
-            log.write(json.dumps({**asdict(usage), "outcome": outcome}) + "\n")
-
-
-def error_body(message: str, type_: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": None, "code": None}}
 
 
 def upstream_url() -> str:
@@ -103,11 +98,6 @@ async def read_events(
         await queue.put(Failed(f"the upstream stream failed: {type(exc).__name__}"))
     finally:
         await upstream.close()
-
-
-def event_data(event: str) -> str:
-    lines = event.split("\n")
-    return "\n".join(line[5:].removeprefix(" ") for line in lines if line.startswith("data:"))
 
 
 async def relay(
