@@ -52,16 +52,24 @@ grade: $(STAMP)
 student: $(STAMP)
 	$(BIN)/labkit student notebooks --out student
 
-BENCH_STAMP := $(VENV)/.installed-bench
+# The full bench compares against uvloop/httptools and LiteLLM, each kept out of .venv (see
+# pyproject.toml); both install from PyPI on first use. bench-quick needs neither.
+UVLOOP_DIR  := bench/.extra-uvloop
+LITELLM_DIR := bench/.venv-litellm
 
-$(BENCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+$(UVLOOP_DIR)/.installed: $(STAMP)
+	$(BIN)/python -m pip install --quiet --target $(UVLOOP_DIR) 'uvloop>=0.23,<0.24' 'httptools>=0.9,<0.10'
 	@touch $@
 
-bench: $(BENCH_STAMP)
+$(LITELLM_DIR)/.installed:
+	@test -x $(LITELLM_DIR)/bin/python || $(PYTHON) -m venv $(LITELLM_DIR)
+	$(LITELLM_DIR)/bin/python -m pip install --quiet 'litellm[proxy]>=1.108,<1.109'
+	@touch $@
+
+bench: $(STAMP) $(UVLOOP_DIR)/.installed $(LITELLM_DIR)/.installed
 	$(BIN)/python -m bench
 
-bench-quick: $(BENCH_STAMP)
+bench-quick: $(STAMP)
 	$(BIN)/python -m bench --quick
 
 doctor: $(STAMP)

@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="NAME",
         help="configurations to run (direct always runs): "
-        + ", ".join(c.name for c in (*configs.CONFIGS, *configs.LEAN)),
+        + ", ".join(c.name for c in (*configs.CONFIGS, *configs.EXTRA)),
     )
     parser.add_argument(
         "--suite",
@@ -128,9 +128,10 @@ def print_summary(result: dict[str, object], paths: list[Path]) -> None:
         print(report.loadavg_text(result))
         for name, why in dict(result.get("skipped", {})).items():  # type: ignore[call-overload]
             print(f"skipped {name}: {why.splitlines()[0]}")
-        if "reference" in result["configs"]:  # type: ignore[operator]
-            print("\nreference proxy against the issue's goals:")
-            print(report.goals_text(result))
+        for name in report.GOAL_CONFIGS:
+            if name in result["configs"]:  # type: ignore[operator]
+                print(f"\n{name} against the issue's goals:")
+                print(report.goals_text(result, name))
     for timing in result.get("suite", []):  # type: ignore[attr-defined]
         status = "timed out" if timing["timed_out"] else f"exit {timing['exit_code']}"
         print(

@@ -229,7 +229,7 @@ class Config:
                 "uvloop/httptools are not in bench/.extra-uvloop "
                 "(pip install --target bench/.extra-uvloop uvloop httptools)"
             )
-        if self.target.startswith("bench.proxies.aiohttp"):
+        if "aiohttp" in self.target:
             try:
                 import aiohttp  # noqa: F401
             except ImportError:
@@ -281,6 +281,7 @@ class Config:
 
 
 REFERENCE = "labkit.reference.proxy:app"
+AIOHTTP_REFERENCE = "labkit.reference.aiohttp_proxy:app"
 
 CONFIGS: tuple[Config, ...] = (
     Config("direct", "direct", "direct to the mock (the floor)", quick=True),
@@ -297,68 +298,53 @@ CONFIGS: tuple[Config, ...] = (
     Config(
         "httpx-pool",
         "uvicorn",
-        "relay on httpx, max_connections=None, 500 keep-alive",
-        "bench.proxies.httpx_pool:app",
+        "portable relay on httpx, max_connections=None, 500 keep-alive",
+        "bench.proxies.httpx_client:app_pool",
     ),
     Config(
-        "httpx2", "uvicorn", "relay on httpx2, default limits", "bench.proxies.httpx2_client:app"
+        "httpx-wide",
+        "uvicorn",
+        "portable relay on httpx, max_connections=1000, 100 keep-alive",
+        "bench.proxies.httpx_client:app_wide",
+    ),
+    Config(
+        "httpx2",
+        "uvicorn",
+        "portable relay on httpx2, default limits",
+        "bench.proxies.httpx2_client:app",
+    ),
+    Config(
+        "httpx2-wide",
+        "uvicorn",
+        "portable relay on httpx2, max_connections=None, 100 keep-alive",
+        "bench.proxies.httpx2_client:app_wide",
     ),
     Config(
         "aiohttp",
         "uvicorn",
-        "relay on aiohttp, unlimited connector",
-        "bench.proxies.aiohttp_client:app",
+        "aiohttp reference (portable relay, unlimited connector)",
+        AIOHTTP_REFERENCE,
+        quick=True,
     ),
     Config(
         "aiohttp-uvloop",
         "uvicorn",
-        "relay on aiohttp, uvloop + httptools",
-        "bench.proxies.aiohttp_client:app",
+        "aiohttp reference on uvloop + httptools",
+        AIOHTTP_REFERENCE,
         fast_loop=True,
     ),
     Config("nginx", "nginx", "nginx 1 worker, proxy_buffering off, upstream keepalive", quick=True),
     Config("litellm", "litellm", "LiteLLM proxy, 1 worker (own venv)"),
 )
 
-# The relay with less per-chunk work (bench.proxies.relay.relay_lean), per client: what a faster
-# reference would measure. Run them by name: --configs lean-httpx lean-httpx2 lean-aiohttp.
-LEAN: tuple[Config, ...] = (
-    Config(
-        "lean-httpx",
-        "uvicorn",
-        "lean relay on httpx, default limits",
-        "bench.proxies.httpx_default:app_lean",
-    ),
-    Config(
-        "lean-httpx2",
-        "uvicorn",
-        "lean relay on httpx2, default limits",
-        "bench.proxies.httpx2_client:app_lean",
-    ),
-    Config(
-        "lean-httpx2-wide",
-        "uvicorn",
-        "lean relay on httpx2, max_connections=None, 100 keep-alive",
-        "bench.proxies.httpx2_client:app_lean_wide",
-    ),
-    Config(
-        "lean-aiohttp",
-        "uvicorn",
-        "lean relay on aiohttp, unlimited connector",
-        "bench.proxies.aiohttp_client:app_lean",
-    ),
-    Config(
-        "lean-aiohttp-uvloop",
-        "uvicorn",
-        "lean relay on aiohttp, uvloop + httptools",
-        "bench.proxies.aiohttp_client:app_lean",
-        fast_loop=True,
-    ),
+# Run by name only (--configs control-httpx): the portable relay over httpx with the reference's
+# own limits. It should measure like "reference"; a gap would be the relay's cost, not httpx's.
+EXTRA: tuple[Config, ...] = (
     Config(
         "control-httpx",
         "uvicorn",
-        "the reference's relay rebuilt in bench.proxies (control)",
-        "bench.proxies.httpx_default:app",
+        "portable relay on httpx, default limits (control)",
+        "bench.proxies.httpx_client:app",
     ),
 )
 
@@ -366,7 +352,7 @@ LEAN: tuple[Config, ...] = (
 def select(names: Sequence[str] | None, quick: bool) -> list[Config]:
     """The configurations to run: by name, else the quick set, else all. ``direct`` is always
     first (every added figure is measured against it)."""
-    known = {c.name: c for c in (*CONFIGS, *LEAN)}
+    known = {c.name: c for c in (*CONFIGS, *EXTRA)}
     if names:
         unknown = [n for n in names if n not in known]
         if unknown:

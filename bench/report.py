@@ -165,6 +165,11 @@ class Goal:
     met: bool | None  # None: not measured in this run
 
 
+# The configurations the goals are judged for: the reference the notebooks teach, and the
+# reference to deploy (labkit.reference.aiohttp_proxy) on asyncio and on uvloop.
+GOAL_CONFIGS = ("reference", "aiohttp", "aiohttp-uvloop")
+
+
 def goals(result: Mapping[str, Any], name: str = "reference") -> list[Goal]:
     """The issue's goals for one configuration (the reference proxy by default)."""
     figures = result["configs"].get(name)
@@ -260,7 +265,11 @@ def write(result: Mapping[str, Any], stem: str, directory: Path = RESULTS) -> li
     payload = {
         **result,
         "derived": derived(result),
-        "goals": {"reference": [g.__dict__ for g in goals(result)]},
+        "goals": {
+            name: [g.__dict__ for g in goals(result, name)]
+            for name in GOAL_CONFIGS
+            if name in result["configs"]
+        },
         "table_markdown": table(result),
     }
     json_path = directory / f"{stem}.json"

@@ -1,14 +1,14 @@
 """Proxy variants for the benchmarks: the reference proxy's behaviour with other upstream clients.
 
-Each module follows the submission contract (module-level ``app``, ``UPSTREAM_URL``,
-``USAGE_LOG``) and differs from the others only in how it talks to the upstream:
+Each app follows the submission contract (module-level app, ``UPSTREAM_URL``, ``USAGE_LOG``) and
+is :mod:`labkit.reference.portable`'s relay (the reference's behaviour around a client interface)
+with one upstream client:
 
-* :mod:`bench.proxies.httpx_pool` -- httpx with ``max_connections=None`` and a 500-connection
-  keep-alive pool (the "just raise the limits" fix);
-* :mod:`bench.proxies.httpx2_client` -- httpx2, the client the openai and anthropic SDKs use;
-* :mod:`bench.proxies.aiohttp_client` -- aiohttp with an unlimited connector.
+* :mod:`bench.proxies.httpx_client` -- httpx with the reference's limits (a control), with
+  ``max_connections=None`` and 500 kept alive, and with ``max_connections=1000``;
+* :mod:`bench.proxies.httpx2_client` -- httpx2, with its default limits and without a cap.
 
-The relay itself (bounded queue, heartbeats, usage capture, errors as events) is in
-:mod:`bench.proxies.relay`, written after ``labkit/reference/proxy.py``. uvloop/httptools are a
-server option, not a module: the runner starts any of these with ``--loop uvloop``.
+The aiohttp variant is not here: it is ``labkit.reference.aiohttp_proxy``, the reference to
+deploy. uvloop/httptools are a server option, not a module: the runner starts any app with
+``--loop uvloop --http httptools``.
 """

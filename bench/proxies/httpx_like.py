@@ -1,9 +1,11 @@
-"""The :class:`~bench.proxies.relay.Upstream` adapter for httpx and httpx2 (same API)."""
+"""The :class:`~labkit.reference.portable.Upstream` adapter for httpx and httpx2 (same API)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
+
+from labkit.reference.portable import CHAT
 
 
 class HttpxResponse:
@@ -30,7 +32,5 @@ class HttpxUpstream:
         self.errors = errors
 
     async def open(self, body: dict[str, Any], headers: dict[str, str]) -> HttpxResponse:
-        request = self.client.build_request(
-            "POST", "/v1/chat/completions", json=body, headers=headers
-        )
+        request = self.client.build_request("POST", CHAT, json=body, headers=headers)
         return HttpxResponse(await self.client.send(request, stream=True))

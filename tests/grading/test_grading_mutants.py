@@ -1,4 +1,4 @@
-"""The grader's own mutation test: the reference passes every check, and each broken proxy
+"""The grader's own mutation test: both references pass every check, and each broken proxy
 fails exactly the checks its module names (see ``broken/``), graded the way instructors grade a
 class (roster mode, parallel workers)."""
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from grading_support import REFERENCE, VARIANTS, broken_source, expected_failures, write_variant
 
+import labkit.reference.aiohttp_proxy
 from labkit.checks import CHECK_IDS
 from labkit.grading.roster import Submission, grade_many
 from labkit.grading.rubric import Rubric
@@ -26,16 +27,22 @@ def test_every_broken_proxy_is_still_a_small_edit_of_the_reference() -> None:
         assert expected_failures(name) <= set(CHECK_IDS), name
 
 
+REFERENCES = {"reference", "aiohttp-reference"}
+
+
 @pytest.mark.slow
 def test_verdict_table(tmp_path: Path) -> None:
-    submissions = [Submission("reference", REFERENCE)]
+    submissions = [
+        Submission("reference", REFERENCE),
+        Submission("aiohttp-reference", Path(labkit.reference.aiohttp_proxy.__file__)),
+    ]
     submissions += [Submission(name, write_variant(name, tmp_path)) for name in VARIANTS]
     reports = grade_many(submissions, Rubric())
 
     table, wrong = [], []
     for report in reports:
         failed = {r.id for r in report.results if not r.passed}
-        expected = set() if report.name == "reference" else expected_failures(report.name)
+        expected = set() if report.name in REFERENCES else expected_failures(report.name)
         marks = " ".join("." if check_id not in failed else "F" for check_id in CHECK_IDS)
         table.append(f"{report.name:<24} {marks}  {report.elapsed_s:5.1f} s")
         if failed != expected or report.problem is not None:

@@ -1,9 +1,14 @@
-"""The reference proxy beyond what the checks measure: unary requests, bad requests, startup."""
+"""Both reference proxies beyond what the checks measure: unary requests, bad requests, startup.
+
+The httpx one is notebook 06's; the aiohttp one (``labkit.reference.aiohttp_proxy``) is the
+same relay over a faster client. Each test here runs against both."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -11,10 +16,30 @@ import pytest
 from labkit import capture_stream, serve
 from labkit.errors import AppStartupError
 from labkit.handles import ServerHandle
+from labkit.reference import aiohttp_proxy
 from labkit.reference import proxy as reference
 
 CHAT = "/v1/chat/completions"
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+
+
+APPS = {"httpx": reference.app, "aiohttp": aiohttp_proxy.app}
+
+
+@pytest.fixture(params=list(APPS))
+def app(request: pytest.FixtureRequest) -> Any:
+    return APPS[request.param]
+
+
+@pytest.fixture
+def reference_proxy(
+    app: Any, mock: ServerHandle, usage_log: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ServerHandle]:
+    """Each reference on a thread, forwarding to ``mock`` and logging to ``usage_log``."""
+    monkeypatch.setenv("UPSTREAM_URL", mock.url)
+    monkeypatch.setenv("USAGE_LOG", str(usage_log))
+    with serve(app, name="reference-proxy") as server:
+        yield server
 
 
 def log_lines(path: Path) -> list[dict[str, object]]:
@@ -71,10 +96,12 @@ def test_malformed_request_gets_openai_shaped_400(
     }
 
 
-def test_unreachable_upstream_gets_502(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_unreachable_upstream_gets_502(
+    app: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("UPSTREAM_URL", "http://127.0.0.1:9")  # discard port: nothing listens
     monkeypatch.setenv("USAGE_LOG", str(tmp_path / "usage.jsonl"))
-    with serve(reference.app, name="reference-no-upstream") as proxy:
+    with serve(app, name="reference-no-upstream") as proxy:
         response = httpx.post(proxy.url + CHAT, json=BODY)
     assert response.status_code == 502
     assert response.json()["error"]["type"] == "upstream_error"
@@ -82,9 +109,9 @@ def test_unreachable_upstream_gets_502(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 def test_missing_upstream_url_stops_startup_with_a_clear_message(
-    monkeypatch: pytest.MonkeyPatch,
+    app: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("UPSTREAM_URL", raising=False)
     with pytest.raises(AppStartupError) as error:
-        serve(reference.app, name="reference-no-env")
+        serve(app, name="reference-no-env")
     assert "UPSTREAM_URL is not set" in str(error.value) or "RuntimeError" in str(error.value)

@@ -31,6 +31,8 @@ from mock_upstream import create_app
 
 CHAT = "/v1/chat/completions"
 REFERENCE_TARGET = "labkit.reference.proxy:app"
+# Both references: the one the notebooks teach (httpx) and the one to deploy (aiohttp).
+REFERENCE_TARGETS = {"httpx": REFERENCE_TARGET, "aiohttp": "labkit.reference.aiohttp_proxy:app"}
 
 # The reference's knobs, shortened so the matrix stays quick: heartbeat every 0.3 s, give up on
 # an upstream silent for 2 s (the defaults are 2 s and 60 s).
@@ -203,12 +205,16 @@ class Lane:
 
 @contextmanager
 def reference_proxy(
-    upstream_url: str, usage_log: Path, env: dict[str, str] | None = None, name: str | None = None
+    upstream_url: str,
+    usage_log: Path,
+    env: dict[str, str] | None = None,
+    name: str | None = None,
+    target: str = REFERENCE_TARGET,
 ) -> Iterator[ServerHandle]:
     """The reference proxy in a child process (its own event loop, its own crash)."""
     full_env = {"UPSTREAM_URL": upstream_url, "USAGE_LOG": str(usage_log), **PROXY_ENV}
     full_env.update(env or {})
-    with serve_subprocess(REFERENCE_TARGET, name=name, env=full_env) as proxy:
+    with serve_subprocess(target, name=name, env=full_env) as proxy:
         yield proxy
 
 
@@ -453,8 +459,10 @@ def _anthropic_route_absent(proxy_url: str) -> bool:
     return response.status_code in (404, 405)
 
 
-def run_matrix(faults: tuple[Fault, ...] = FAULTS) -> dict[tuple[str, str], CellResult]:
-    """Every cell of the matrix; the lanes run side by side."""
+def run_matrix(
+    faults: tuple[Fault, ...] = FAULTS, target: str = REFERENCE_TARGET
+) -> dict[tuple[str, str], CellResult]:
+    """Every cell of the matrix through the proxy at ``target``; the lanes run side by side."""
     results: dict[tuple[str, str], CellResult] = {}
     active = [c for c in CLIENTS if c != "anthropic_sdk"]
     with tempfile.TemporaryDirectory(prefix="matrix-") as tmp, ExitStack() as stack:
@@ -464,7 +472,7 @@ def run_matrix(faults: tuple[Fault, ...] = FAULTS) -> dict[tuple[str, str], Cell
             mock = stack.enter_context(serve(create_app(), name=f"matrix-mock-{client}"))
             log = Path(tmp) / f"usage-{client}.jsonl"
             proxy = stack.enter_context(
-                reference_proxy(mock.url, log, name=f"matrix-proxy-{client}")
+                reference_proxy(mock.url, log, name=f"matrix-proxy-{client}", target=target)
             )
             return Lane(client, mock, proxy, log)
 

@@ -16,6 +16,7 @@ from upstream_fakes import ScriptedUpstream, chat_frames
 
 from labkit import capture_stream, serve
 from labkit.handles import ServerHandle
+from labkit.reference import aiohttp_proxy
 from labkit.reference import proxy as reference
 from mock_upstream import Scenario, create_app
 from mock_upstream.bodies import MAX_BODY_BYTES as MOCK_MAX_BODY
@@ -84,13 +85,19 @@ def mock() -> Iterator[ServerHandle]:
         yield server
 
 
-@pytest.fixture(scope="module")
-def proxy(mock: ServerHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+# Both references: the one notebook 06 builds (httpx) and the one to deploy (aiohttp).
+REFERENCES = {"httpx": reference.app, "aiohttp": aiohttp_proxy.app}
+
+
+@pytest.fixture(scope="module", params=list(REFERENCES))
+def proxy(
+    mock: ServerHandle, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerHandle]:
     log = tmp_path_factory.mktemp("bad-input") / "usage.jsonl"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("UPSTREAM_URL", mock.url)
         patch.setenv("USAGE_LOG", str(log))
-        with serve(reference.app, name="bad-input-proxy") as server:
+        with serve(REFERENCES[request.param], name="bad-input-proxy") as server:
             yield server
 
 
@@ -217,15 +224,17 @@ def scripted() -> Iterator[tuple[ScriptedUpstream, ServerHandle]]:
         yield upstream, server
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=list(REFERENCES))
 def scripted_proxy(
-    scripted: tuple[ScriptedUpstream, ServerHandle], tmp_path_factory: pytest.TempPathFactory
+    scripted: tuple[ScriptedUpstream, ServerHandle],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
 ) -> Iterator[tuple[ServerHandle, Path]]:
     log = tmp_path_factory.mktemp("frames") / "usage.jsonl"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("UPSTREAM_URL", scripted[1].url)
         patch.setenv("USAGE_LOG", str(log))
-        with serve(reference.app, name="scripted-proxy") as server:
+        with serve(REFERENCES[request.param], name="scripted-proxy") as server:
             yield server, log
 
 

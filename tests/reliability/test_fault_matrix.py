@@ -1,4 +1,4 @@
-"""Every mock fault × every client behaviour, through the reference proxy over real sockets.
+"""Every mock fault × every client behaviour, through each reference proxy over real sockets.
 
 The whole matrix runs once per module (lanes side by side, about 20 s); each cell is then its
 own test id, failing with the list of assertions it broke. ``print_matrix.py`` prints the same
@@ -10,14 +10,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from reliability_support import CLIENTS, FAULTS, NOT_APPLICABLE, CellResult, run_matrix
+from reliability_support import (
+    CLIENTS,
+    FAULTS,
+    NOT_APPLICABLE,
+    REFERENCE_TARGETS,
+    CellResult,
+    run_matrix,
+)
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def matrix() -> Iterator[dict[tuple[str, str], CellResult]]:
-    yield run_matrix()
+@pytest.fixture(scope="module", params=list(REFERENCE_TARGETS))
+def matrix(request: pytest.FixtureRequest) -> Iterator[dict[tuple[str, str], CellResult]]:
+    """The whole matrix through one reference: httpx (notebook 06's) or aiohttp."""
+    yield run_matrix(target=REFERENCE_TARGETS[request.param])
 
 
 @pytest.mark.parametrize("client", CLIENTS)

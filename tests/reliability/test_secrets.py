@@ -35,16 +35,20 @@ def upstream() -> Iterator[tuple[ScriptedUpstream, ServerHandle]]:
         yield fake, server
 
 
-@pytest.fixture
+# Both references: the one notebook 06 builds (httpx) and the one to deploy (aiohttp).
+TARGETS = ["labkit.reference.proxy:app", "labkit.reference.aiohttp_proxy:app"]
+
+
+@pytest.fixture(params=TARGETS, ids=["httpx", "aiohttp"])
 def proxy(
-    upstream: tuple[ScriptedUpstream, ServerHandle], tmp_path: Path
+    upstream: tuple[ScriptedUpstream, ServerHandle], tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[ServerHandle]:
     env = {
         "UPSTREAM_URL": upstream[1].url,
         "USAGE_LOG": str(tmp_path / "usage.jsonl"),
         "UPSTREAM_API_KEY": CANARY,
     }
-    with serve_subprocess("labkit.reference.proxy:app", name="secrets-proxy", env=env) as server:
+    with serve_subprocess(request.param, name="secrets-proxy", env=env) as server:
         yield server
 
 
@@ -91,13 +95,14 @@ def test_key_goes_to_the_upstream_and_nowhere_else(
     assert CANARY not in proxy.stdout() + proxy.stderr()
 
 
-def test_key_is_not_in_the_unreachable_upstream_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize("target", TARGETS, ids=["httpx", "aiohttp"])
+def test_key_is_not_in_the_unreachable_upstream_error(tmp_path: Path, target: str) -> None:
     env = {
         "UPSTREAM_URL": "http://127.0.0.1:9",
         "USAGE_LOG": str(tmp_path / "usage.jsonl"),
         "UPSTREAM_API_KEY": CANARY,
     }
-    with serve_subprocess("labkit.reference.proxy:app", name="secrets-502", env=env) as proxy:
+    with serve_subprocess(target, name="secrets-502", env=env) as proxy:
         response = httpx.post(proxy.url + CHAT, json={"stream": True}, timeout=20.0)
     assert response.status_code == 502
     assert CANARY not in _everything_the_client_saw(response)

@@ -7,6 +7,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -14,6 +15,7 @@ from upstream_fakes import ScriptedUpstream, chat_frames
 
 from labkit import capture_stream, serve
 from labkit.handles import ServerHandle
+from labkit.reference import aiohttp_proxy
 from labkit.reference import proxy as reference
 
 CHAT = "/v1/chat/completions"
@@ -28,10 +30,12 @@ def late_upstream() -> Iterator[tuple[ScriptedUpstream, ServerHandle]]:
         yield upstream, server
 
 
+@pytest.mark.parametrize("app", [reference.app, aiohttp_proxy.app], ids=["httpx", "aiohttp"])
 def test_client_leaving_while_upstream_headers_are_late_still_gets_a_usage_line(
     late_upstream: tuple[ScriptedUpstream, ServerHandle],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    app: Any,
 ) -> None:
     """An upstream that sends its headers with the first token (1 s here): the client leaves
     after 0.3 s, while the route still waits in ``client.send`` (outside the body, where
@@ -40,7 +44,7 @@ def test_client_leaving_while_upstream_headers_are_late_still_gets_a_usage_line(
     log = tmp_path / "usage.jsonl"
     monkeypatch.setenv("UPSTREAM_URL", late_upstream[1].url)
     monkeypatch.setenv("USAGE_LOG", str(log))
-    with serve(reference.app, name="late-headers-proxy") as proxy:
+    with serve(app, name="late-headers-proxy") as proxy:
         cap = capture_stream(proxy.url + CHAT, json={"stream": True}, disconnect_after_s=0.3)
         assert cap.terminal == "disconnected"
         time.sleep(1.5)  # the headers arrive, the response starts and ends
