@@ -31,11 +31,14 @@ from bench import meter, stats
 from bench.configs import Config, Server, start_mock
 
 MODEL = "mock-gpt"
-TPS = 20.0
+TPS = stats.TOKENS_PER_S
 INTERVAL_S = 1.0 / TPS
 TTFT_MS = 20
 TOKENS = 40  # 2 s per stream at 20 tokens/s
 WARM_UP = "ttft_ms=0;tps=1000;tokens=5"
+# A burst measures first tokens: two-token answers keep the rest of each stream (and its CPU)
+# out of the figure, so the burst's CPU is the cost of taking requests.
+BURST = "tokens=2"
 Log = Callable[[str], None]
 
 
@@ -45,7 +48,8 @@ class Plan:
     steady_s: float = 10.0
     stagger_s: float = 2.0
     burst_streams: int = 100
-    levels: tuple[int, ...] = (50, 100, 200, 300, 400)
+    burst_rounds: int = 3
+    levels: tuple[int, ...] = (50, 100, 200, 300, 400, 500, 600)
     level_s: float = 5.0
     idle_streams: int = 1000
     idle_hold_s: float = 3.0
@@ -58,13 +62,14 @@ class Plan:
     @classmethod
     def quick(cls) -> Plan:
         return cls(
-            steady_s=2.5,
+            steady_s=2.0,
             stagger_s=1.0,
+            burst_rounds=1,
             levels=(),
             idle_streams=100,
             idle_hold_s=0.5,
             slow_streams=10,
-            slow_hold_s=2.0,
+            slow_hold_s=1.5,
         )
 
 
@@ -167,6 +172,25 @@ def timing(raw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def pooled(raws: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several load results of one shape as one: counts added, samples joined."""
+    out: dict[str, Any] = {}
+    for raw in raws:
+        for key, value in raw.items():
+            if isinstance(value, list):
+                out[key] = [*out.get(key, []), *value]
+            elif isinstance(value, dict):
+                merged = dict(out.get(key, {}))
+                for k, v in value.items():
+                    merged[k] = merged.get(k, 0) + v
+                out[key] = merged
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                out[key] = out.get(key, 0) + value
+            else:
+                out[key] = value
+    return out
+
+
 class Run:
     def __init__(self, configs: list[Config], plan: Plan, log: Log) -> None:
         self.configs = configs
@@ -246,12 +270,30 @@ class Run:
             steady["metered"] = "mock" if server.pid is None else config.name
             self.figures(config)["steady"] = steady
         self.note_load("burst")
+        # One burst is one noisy sample: run several rounds, the configurations taking turns
+        # within each round, and pool each configuration's streams.
+        rounds: dict[str, list[dict[str, Any]]] = {c.name: [] for c in live}
+        cpu_s: dict[str, float] = {c.name: 0.0 for c in live}
+        for round_no in range(plan.burst_rounds):
+            for config in live:
+                server = servers[config.name]
+                pid = server.pid if server.pid is not None else mock.pid
+                reset_mock(mock)
+                self.log(
+                    f"burst {plan.burst_streams} streams, round {round_no + 1} of "
+                    f"{plan.burst_rounds}: {config.name}"
+                )
+                before = meter.read(pid)
+                spec = spec_for(server, "burst", streams=plan.burst_streams, scenario=BURST)
+                rounds[config.name].append(loadgen(spec))
+                cpu_s[config.name] += meter.read(pid).cpu_s - before.cpu_s
+                time.sleep(0.5)
         for config in live:
-            reset_mock(mock)
-            self.log(f"burst {plan.burst_streams} streams: {config.name}")
-            raw = loadgen(spec_for(servers[config.name], "burst", streams=plan.burst_streams))
-            self.figures(config)["burst"] = timing(raw)
-            time.sleep(0.5)
+            burst = timing(pooled(rounds[config.name]))
+            burst["rounds"] = plan.burst_rounds
+            burst["server_cpu_s"] = cpu_s[config.name]
+            burst["cpu_ms_per_request"] = 1000 * cpu_s[config.name] / max(burst["streams"], 1)
+            self.figures(config)["burst"] = burst
         if plan.levels:
             self.capacity(live, servers, mock)
 

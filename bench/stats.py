@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+# Every load shape paces the mock at this rate (the "20 tokens/s each").
+TOKENS_PER_S = 20.0
 # A stream's chunks are "batched" when the median gap between content chunks is below this
 # fraction of the upstream's interval between tokens: several chunks arrived in one burst.
 BATCHED_FRACTION = 0.25

@@ -6,9 +6,14 @@ then the pin. The facts themselves are in ../shared/FACTS.md.
 
 from __future__ import annotations
 
+import asyncio
 import zlib
 
 import httpx
+import pytest
+
+from labkit import serve
+from mock_upstream import create_app
 
 
 def test_httpx_default_timeout_is_five_seconds_for_every_phase() -> None:
@@ -27,3 +32,33 @@ def test_zlib_holds_small_writes_until_a_sync_flush() -> None:
     assert held == b""
     decoded = zlib.decompressobj(wbits=31).decompress(header + held + flushed)
     assert decoded == b'data: {"delta": "Hello"}\n\ndata: {"delta": " world"}\n\n'
+
+
+@pytest.mark.parametrize(("keepalive", "kept"), [(2, 4), (10, 5)])
+def test_httpx_pool_closes_a_finished_connection_once_it_holds_more_than_the_keepalive_count(
+    keepalive: int, kept: int
+) -> None:
+    # Notebook 10 and the README's benchmark notes: httpcore 1.0.9 compares *all* its
+    # connections, not the idle ones, with max_keepalive_connections (encode/httpcore#1035). A
+    # proxy holding more streams than that count closes each upstream connection as its stream
+    # ends (one idle connection is within a keep-alive count of 2, yet it is closed), and every
+    # new stream opens a new TCP connection. With a count above the streams it is kept.
+    body = {"model": "m", "stream": True, "mock": {"ttft_ms": 0, "tps": 50, "tokens": 50}}
+    with serve(create_app(), name="pinned-pool-mock") as mock:
+
+        async def connections_before_and_after_one_of_five_streams_ends() -> tuple[int, int]:
+            limits = httpx.Limits(max_connections=10, max_keepalive_connections=keepalive)
+            async with httpx.AsyncClient(base_url=mock.url, limits=limits) as client:
+                request = client.build_request("POST", "/v1/chat/completions", json=body)
+                responses = [await client.send(request, stream=True) for _ in range(5)]
+                pool = client._transport._pool  # type: ignore[attr-defined]
+                before = len(pool.connections)
+                await responses[0].aread()  # the first stream ends: its connection is idle
+                await responses[0].aclose()
+                after = len(pool.connections)
+                for response in responses[1:]:
+                    await response.aclose()
+                return before, after
+
+        counts = asyncio.run(connections_before_and_after_one_of_five_streams_ends())
+    assert counts == (5, kept)
