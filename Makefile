@@ -15,7 +15,7 @@ help:
 	@echo "make test     lint, type check, unit + integration tests, nbval over the notebooks"
 	@echo "make grade SUBMISSION=path/to/proxy.py   grade one learner's proxy"
 	@echo "make student  learner copies of the notebooks in student/"
-	@echo "make bench    benchmarks, ~13 min (make bench-quick: ~1 min); results in bench/results/"
+	@echo "make bench    benchmarks, ~14 min (make bench-quick: ~1 min); results in bench/results/"
 	@echo "make doctor   diagnose this machine's setup"
 
 $(STAMP): pyproject.toml
