@@ -58,7 +58,7 @@ UVLOOP_DIR  := bench/.extra-uvloop
 LITELLM_DIR := bench/.venv-litellm
 
 $(UVLOOP_DIR)/.installed: $(STAMP)
-	$(BIN)/python -m pip install --quiet --target $(UVLOOP_DIR) 'uvloop>=0.23,<0.24' 'httptools>=0.9,<0.10'
+	$(BIN)/python -m pip install --quiet --upgrade --target $(UVLOOP_DIR) 'uvloop>=0.23,<0.24' 'httptools>=0.9,<0.10'
 	@touch $@
 
 $(LITELLM_DIR)/.installed:
