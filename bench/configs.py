@@ -229,11 +229,6 @@ class Config:
                 "uvloop/httptools are not in bench/.extra-uvloop "
                 "(pip install --target bench/.extra-uvloop uvloop httptools)"
             )
-        if "aiohttp" in self.target:
-            try:
-                import aiohttp  # noqa: F401
-            except ImportError:
-                return "aiohttp is not installed (pip install aiohttp)"
         return None
 
     def start(self, upstream: Server) -> Server:

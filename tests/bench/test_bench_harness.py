@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import configs, report, stats  # the repository root is on pytest's pythonpath
+from bench import configs, report, runner, stats  # the repository root is on pytest's pythonpath
 from bench.loadgen import Dechunker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,3 +162,15 @@ def test_loadgen_measures_a_small_steady_run_against_the_mock() -> None:
     assert 0.0 < min(result["ttft_s"]) < 5.0
     assert 0.0 < stats.percentile(result["gaps_s"], 0.5) < 1.0
     assert not stats.is_batched(result["gaps_s"], interval=1 / 50)
+
+
+def test_burst_rounds_pool_their_streams_and_add_their_counts() -> None:
+    first = {"shape": "burst", "streams": 2, "failed": 0, "errors": {}, "ttft_s": [0.1, 0.2]}
+    second = {"shape": "burst", "streams": 2, "failed": 1, "errors": {"reset": 1}, "ttft_s": [0.3]}
+    assert runner.pooled([first, second]) == {
+        "shape": "burst",
+        "streams": 4,
+        "failed": 1,
+        "errors": {"reset": 1},
+        "ttft_s": [0.1, 0.2, 0.3],
+    }
