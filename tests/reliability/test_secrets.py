@@ -12,12 +12,14 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 import nbformat
 import pytest
 from upstream_fakes import ScriptedUpstream, chat_frames
 
+import labkit.reference.portable
 import labkit.reference.proxy
 from labkit import capture_stream, serve, serve_subprocess
 from labkit.handles import ServerHandle
@@ -109,8 +111,9 @@ def test_key_is_not_in_the_unreachable_upstream_error(tmp_path: Path, target: st
     assert CANARY not in proxy.stdout() + proxy.stderr()
 
 
-def test_reference_reads_the_key_from_the_environment_only() -> None:
-    source = Path(labkit.reference.proxy.__file__).read_text()
+@pytest.mark.parametrize("module", [labkit.reference.proxy, labkit.reference.portable])
+def test_reference_reads_the_key_from_the_environment_only(module: ModuleType) -> None:
+    source = Path(module.__file__ or "").read_text()
     assert 'os.environ.get("UPSTREAM_API_KEY")' in source
     assert not re.search(r"sk-[A-Za-z0-9_-]{8,}", source), "a key written into the reference"
 
