@@ -8,39 +8,21 @@ Run: ``UPSTREAM_URL=http://127.0.0.1:8001 uvicorn bench.proxies.httpx2_client:ap
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-
 import httpx2
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 
-from bench.proxies.httpx_like import HttpxUpstream
-from labkit.reference.portable import UPSTREAM_IDLE_S, make_app, upstream_url
+from bench.proxies.httpx_like import httpx_like_app
+from labkit.reference.portable import UPSTREAM_IDLE_S
 
 TIMEOUT = httpx2.Timeout(connect=5.0, read=UPSTREAM_IDLE_S, write=10.0, pool=10.0)
 
 
-def lifespan_with(
-    limits: httpx2.Limits,
-) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with httpx2.AsyncClient(
-            base_url=upstream_url(), timeout=TIMEOUT, limits=limits
-        ) as client:
-            app.state.upstream = HttpxUpstream(client, (httpx2.HTTPError,))
-            yield
-
-    return lifespan
+def app_with(limits: httpx2.Limits) -> FastAPI:
+    return httpx_like_app(
+        lambda url: httpx2.AsyncClient(base_url=url, timeout=TIMEOUT, limits=limits),
+        (httpx2.HTTPError,),
+    )
 
 
-def upstream_of(request: Request) -> HttpxUpstream:
-    upstream: HttpxUpstream = request.app.state.upstream
-    return upstream
-
-
-app = make_app(lifespan_with(httpx2.Limits()), upstream_of)
-app_wide = make_app(
-    lifespan_with(httpx2.Limits(max_connections=None, max_keepalive_connections=100)),
-    upstream_of,
-)
+app = app_with(httpx2.Limits())
+app_wide = app_with(httpx2.Limits(max_connections=None, max_keepalive_connections=100))

@@ -12,40 +12,20 @@ Run: ``UPSTREAM_URL=http://127.0.0.1:8001 uvicorn bench.proxies.httpx_client:app
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-
 import httpx
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 
-from bench.proxies.httpx_like import HttpxUpstream
-from labkit.reference.portable import make_app, upstream_url
+from bench.proxies.httpx_like import httpx_like_app
 from labkit.reference.proxy import TIMEOUT
 
 
-def lifespan_with(
-    limits: httpx.Limits,
-) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(
-            base_url=upstream_url(), timeout=TIMEOUT, limits=limits
-        ) as client:
-            app.state.upstream = HttpxUpstream(client, (httpx.HTTPError,))
-            yield
-
-    return lifespan
+def app_with(limits: httpx.Limits) -> FastAPI:
+    return httpx_like_app(
+        lambda url: httpx.AsyncClient(base_url=url, timeout=TIMEOUT, limits=limits),
+        (httpx.HTTPError,),
+    )
 
 
-def upstream_of(request: Request) -> HttpxUpstream:
-    upstream: HttpxUpstream = request.app.state.upstream
-    return upstream
-
-
-app = make_app(lifespan_with(httpx.Limits()), upstream_of)
-app_pool = make_app(
-    lifespan_with(httpx.Limits(max_connections=None, max_keepalive_connections=500)), upstream_of
-)
-app_wide = make_app(
-    lifespan_with(httpx.Limits(max_connections=1000, max_keepalive_connections=100)), upstream_of
-)
+app = app_with(httpx.Limits())
+app_pool = app_with(httpx.Limits(max_connections=None, max_keepalive_connections=500))
+app_wide = app_with(httpx.Limits(max_connections=1000, max_keepalive_connections=100))

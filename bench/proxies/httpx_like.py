@@ -1,11 +1,15 @@
-"""The :class:`~labkit.reference.portable.Upstream` adapter for httpx and httpx2 (same API)."""
+"""The :class:`~labkit.reference.portable.Upstream` adapter for httpx and httpx2 (same API), and
+the portable reference relay over a client of either."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
-from labkit.reference.portable import CHAT
+from fastapi import FastAPI
+
+from labkit.reference.portable import CHAT, make_app, upstream_url
 
 
 class HttpxResponse:
@@ -34,3 +38,17 @@ class HttpxUpstream:
     async def open(self, body: dict[str, Any], headers: dict[str, str]) -> HttpxResponse:
         request = self.client.build_request("POST", CHAT, json=body, headers=headers)
         return HttpxResponse(await self.client.send(request, stream=True))
+
+
+def httpx_like_app(
+    client_for: Callable[[str], Any], errors: tuple[type[BaseException], ...]
+) -> FastAPI:
+    """The portable relay over ``client_for(base_url)``, an httpx or httpx2 ``AsyncClient``;
+    ``errors`` are that library's ``HTTPError``."""
+
+    @asynccontextmanager
+    async def open_upstream() -> AsyncIterator[HttpxUpstream]:
+        async with client_for(upstream_url()) as client:
+            yield HttpxUpstream(client, errors)
+
+    return make_app(open_upstream)

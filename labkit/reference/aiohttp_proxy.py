@@ -26,7 +26,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
-from fastapi import FastAPI, Request
 
 from labkit.reference.portable import CHAT, UPSTREAM_IDLE_S, make_app, upstream_url
 
@@ -64,17 +63,11 @@ class AiohttpUpstream:
 
 
 @asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+async def aiohttp_upstream() -> AsyncIterator[AiohttpUpstream]:
     base_url = upstream_url()
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=TIMEOUT) as session:
-        app.state.upstream = AiohttpUpstream(session, base_url)
-        yield
+        yield AiohttpUpstream(session, base_url)
 
 
-def upstream_of(request: Request) -> AiohttpUpstream:
-    upstream: AiohttpUpstream = request.app.state.upstream
-    return upstream
-
-
-app = make_app(lifespan, upstream_of, title="reference streaming proxy (aiohttp)")
+app = make_app(aiohttp_upstream, title="reference streaming proxy (aiohttp)")

@@ -18,7 +18,7 @@ import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -185,11 +185,18 @@ async def relay(
 
 
 def make_app(
-    lifespan: Callable[[FastAPI], AbstractAsyncContextManager[None]],
-    upstream_of: Callable[[Request], Upstream],
+    open_upstream: Callable[[], AbstractAsyncContextManager[Upstream]],
     title: str = "reference streaming proxy (portable)",
 ) -> FastAPI:
-    """The proxy app: ``lifespan`` opens the client, ``upstream_of`` finds it for a request."""
+    """The proxy app. ``open_upstream()`` is entered once, at startup, and its upstream (the
+    client with its pool) serves every request until shutdown."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with open_upstream() as upstream:
+            app.state.upstream = upstream
+            yield
+
     app = FastAPI(title=title, lifespan=lifespan)
 
     @app.post(CHAT)
@@ -207,7 +214,7 @@ def make_app(
         if not isinstance(body, dict):
             return bad_request("the body must be a JSON object")
 
-        upstream = upstream_of(request)
+        upstream: Upstream = request.app.state.upstream
         headers = {k: request.headers[k] for k in FORWARDED_HEADERS if k in request.headers}
         if api_key := os.environ.get("UPSTREAM_API_KEY"):
             headers["authorization"] = f"Bearer {api_key}"
