@@ -8,13 +8,13 @@ STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider
 
-.PHONY: help lab test lint typecheck unit nbval grade student bench bench-quick doctor clean
+.PHONY: help lab test system-packages lint typecheck unit nbval grade student bench bench-quick doctor clean
 
 help:
 	@echo "make lab      JupyterLab on notebooks/ (127.0.0.1, token auth on)"
 	@echo "make test     lint, type check, unit + integration tests, nbval over the notebooks"
 	@echo "make grade SUBMISSION=path/to/proxy.py   grade one learner's proxy"
-	@echo "make student  learner copies of the notebooks in student/"
+	@echo "make student  the learner bundle (notebooks, proxy.py stubbed, set-up) in student/"
 	@echo "make bench    benchmarks, ~14 min (make bench-quick: ~1 min); results in bench/results/"
 	@echo "make doctor   diagnose this machine's setup"
 
@@ -27,11 +27,31 @@ $(STAMP): pyproject.toml
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --no-browser --allow-root
 
-test: lint typecheck unit nbval
+test: system-packages lint typecheck unit nbval
+
+# The tests drive a real nginx and curl. Installed here when missing and we may (root, apt-get),
+# without starting nginx's packaged service; otherwise stop at once with what to install.
+SYSTEM_PACKAGES := curl nginx
+system-packages:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	  command -v $$p >/dev/null 2>&1 || [ -x /usr/sbin/$$p ] || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing$$missing with apt-get"; \
+	    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing \
+	      >/dev/null; status=$$?; rm -f /usr/sbin/policy-rc.d; exit $$status; \
+	  else \
+	    echo "make test needs$$missing: install it (Debian/Ubuntu: sudo apt-get install$$missing;" \
+	         "macOS: brew install$$missing; conda: see environment.yml), then run make test again."; \
+	    exit 2; \
+	  fi; \
+	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check labkit mock_upstream tests bench
-	$(BIN)/ruff format --check labkit mock_upstream tests bench
+	$(BIN)/ruff check labkit mock_upstream solutions tests bench
+	$(BIN)/ruff format --check labkit mock_upstream solutions tests bench
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -50,6 +70,7 @@ grade: $(STAMP)
 	$(BIN)/labkit grade $(SUBMISSION)
 
 student: $(STAMP)
+	rm -rf student
 	$(BIN)/labkit student notebooks --out student
 
 # The full bench compares against uvloop/httptools and LiteLLM, each kept out of .venv (see

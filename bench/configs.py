@@ -275,8 +275,8 @@ class Config:
         )
 
 
-REFERENCE = "labkit.reference.proxy:app"
-AIOHTTP_REFERENCE = "labkit.reference.aiohttp_proxy:app"
+REFERENCE = "solutions.proxy:app"
+AIOHTTP_REFERENCE = "solutions.aiohttp_proxy:app"
 
 CONFIGS: tuple[Config, ...] = (
     Config("direct", "direct", "direct to the mock (the floor)", quick=True),

@@ -167,7 +167,7 @@ class Goal:
 
 
 # The configurations the goals are judged for: the reference the notebooks teach, and the
-# reference to deploy (labkit.reference.aiohttp_proxy) on asyncio and on uvloop.
+# reference to deploy (solutions.aiohttp_proxy) on asyncio and on uvloop.
 GOAL_CONFIGS = ("reference", "aiohttp", "aiohttp-uvloop")
 
 

@@ -37,7 +37,7 @@ import httpx
 import psutil
 
 from labkit import MockUpstream, acapture_stream, serve_subprocess
-from labkit.reference.proxy import app as reference_app
+from solutions.proxy import app as reference_app
 
 STATS_PATH = "/__soak/stats"
 GC_PATH = "/__soak/gc"  # a full garbage collection, then the stats

@@ -34,7 +34,7 @@ def commands() -> dict[str, list[str]]:
             "-q",
             *notebooks,
         ],
-        "grade": [str(BIN / "labkit"), "grade", "labkit/reference/proxy.py"],
+        "grade": [str(BIN / "labkit"), "grade", "solutions/proxy.py"],
         "make-test": ["make", "test"],
     }
 

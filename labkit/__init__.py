@@ -19,6 +19,14 @@ from labkit.errors import (
 )
 from labkit.handles import ExternalServer, ServerHandle
 from labkit.plots import plot_cancellation, plot_gaps, plot_timeline
+from labkit.proxy_file import (
+    ProxyFileError,
+    check_proxy,
+    find_proxy,
+    load_ipython_extension,
+    load_proxy,
+    write_part,
+)
 from labkit.servers import (
     running_servers,
     serve,
@@ -44,6 +52,7 @@ __all__ = [
     "MockUpstream",
     "MockUpstreamError",
     "PortInUseError",
+    "ProxyFileError",
     "ServerExitedError",
     "ServerHandle",
     "ServerStartError",
@@ -54,6 +63,10 @@ __all__ = [
     "acapture_stream",
     "arun_checks",
     "capture_stream",
+    "check_proxy",
+    "find_proxy",
+    "load_ipython_extension",
+    "load_proxy",
     "plot_cancellation",
     "plot_gaps",
     "plot_timeline",
@@ -63,4 +76,5 @@ __all__ = [
     "serve_subprocess",
     "start_mock_upstream",
     "stop_all",
+    "write_part",
 ]

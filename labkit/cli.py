@@ -4,7 +4,7 @@
     labkit grade --url http://127.0.0.1:8080 --upstream http://127.0.0.1:8001
     labkit grade --roster submissions/ --out grades/ [--jobs N]
     labkit doctor
-    labkit student notebooks/ --out student/
+    labkit student [notebooks/] --out student/
 
 Exit codes: 0 every check passed, 1 some check failed (or a submission could not be graded),
 2 a usage or setup error (bad arguments, missing file, bad rubric, the grader's own mock did not
@@ -178,15 +178,31 @@ def _run_doctor(args: argparse.Namespace) -> int:
 
 def _add_student(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     student = subcommands.add_parser(
-        "student", help="write learner copies: solutions stubbed, outputs cleared"
+        "student",
+        help="write the learner bundle: notebooks and proxy.py with solutions stubbed, set-up",
     )
-    student.add_argument("notebooks", help="folder of instructor notebooks (e.g. notebooks/)")
-    student.add_argument("--out", required=True, help="folder to write the learner copies to")
+    student.add_argument(
+        "notebooks",
+        nargs="?",
+        default="notebooks",
+        help="folder of instructor notebooks (default: notebooks)",
+    )
+    student.add_argument("--out", required=True, help="new folder to write the bundle to")
+    student.add_argument(
+        "--solution",
+        help="the instructor's complete proxy.py (default: solutions/proxy.py beside the "
+        "notebooks folder)",
+    )
+    student.add_argument(
+        "--binder-repo",
+        default="YOUR-ORG/YOUR-REPO",
+        help="GitHub owner/name the bundle will be pushed to, for its Binder badge",
+    )
     student.set_defaults(run=_run_student)
 
 
 def _run_student(args: argparse.Namespace) -> int:
-    from labkit.student import make_student_copies
+    from labkit.student import make_bundle
 
     source, out = Path(args.notebooks), Path(args.out)
     if not source.is_dir():
@@ -194,15 +210,17 @@ def _run_student(args: argparse.Namespace) -> int:
             f"{source} is not a folder: pass the folder that holds the instructor notebooks, "
             "e.g. `labkit student notebooks --out student`."
         )
-    if out.resolve() == source.resolve():
+    if out.resolve() == source.resolve() or out.resolve() in source.resolve().parents:
         raise UsageError(
-            f"--out {out} is the instructor folder itself: the learner copies would overwrite "
-            "the solutions. Pick another folder, e.g. --out student."
+            f"--out {out} holds the instructor notebooks: the bundle would overwrite the "
+            "solutions. Pick a new folder, e.g. --out student."
         )
-    copies = make_student_copies(source, out)
-    for copy in copies:
+    solution = Path(args.solution) if args.solution else source.parent / "solutions" / "proxy.py"
+    bundle = make_bundle(source, solution, out, binder_repo=args.binder_repo)
+    for copy in bundle.notebooks:
         print(f"{copy.target}  ({copy.regions} solution regions stubbed)")
-    print(f"Wrote {len(copies)} learner notebooks to {out}")
+    print(f"{bundle.proxy}  ({bundle.proxy_regions} solution regions stubbed)")
+    print(f"Wrote the learner bundle to {out}: there, `make lab` opens it, `make grade` grades.")
     return 0
 
 

@@ -1,38 +1,52 @@
-"""Learner copies of the instructor notebooks.
+"""The learner bundle: what a class gets instead of this repository.
 
-The committed notebooks are the instructor copies: solutions in, outputs executed. A learner copy
-replaces every solution region with a stub and clears every output, following the nbgrader
-convention for the delimiters::
+``make_bundle(notebooks, solution, out)`` writes a self-contained folder::
 
-    ### BEGIN SOLUTION
-    ...the instructor's code or answer...
-    ### END SOLUTION
+    out/README.md          the learner's path: set up, work through the notebooks, grade
+    out/Makefile           make lab (JupyterLab on the notebooks), make grade (grades proxy.py)
+    out/pyproject.toml     installs labkit and mock_upstream, copied in below, with their pins
+    out/proxy.py           the file the learner grows and submits: every solution region stubbed
+    out/notebooks/         the learner notebooks: solution regions stubbed, outputs cleared
+    out/labkit/, out/mock_upstream/   the helper packages (no solution in either)
+    out/binder/            environment.yml and postBuild for repo2docker (mybinder.org)
 
-In a code cell the region becomes a ``raise NotImplementedError(...)`` at the region's own
-indentation, so a stub inside a function body fails only when that function runs, with a message
-that says which step to write. In a markdown cell (a verification question's answer) the region
-becomes a prompt for the learner's own answer.
+A region in ``proxy.py`` is stubbed with the name of the notebook whose ``%%proxy_part`` cell
+writes that function, so a stub tells the learner (and the grader's verdicts) where to go.
+See :mod:`labkit.regions` for the stubs themselves.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
+import labkit
+import mock_upstream
 from labkit.errors import LabkitError
+from labkit.proxy_file import PART_MAGIC, part_functions
+from labkit.regions import BEGIN, END, SolutionRegionError, regions, strip_solutions
 
-BEGIN = "### BEGIN SOLUTION"
-END = "### END SOLUTION"
-ANSWER_PROMPT = "_Write your answer here._"
+__all__ = [
+    "BEGIN",
+    "END",
+    "Bundle",
+    "SolutionRegionError",
+    "StudentCopy",
+    "make_bundle",
+    "make_student_copies",
+    "part_cells",
+    "part_owners",
+    "strip_solutions",
+]
 
-__all__ = ["SolutionRegionError", "StudentCopy", "make_student_copies", "strip_solutions"]
-
-
-class SolutionRegionError(LabkitError):
-    """A notebook's solution delimiters do not pair up."""
+DISTRIBUTION = "streaming-proxy-lab"
+TEMPLATES = Path(__file__).parent / "bundle_files"
+BINDER_PLACEHOLDER = "YOUR-ORG/YOUR-REPO"
 
 
 @dataclass(frozen=True)
@@ -44,71 +58,62 @@ class StudentCopy:
     regions: int
 
 
-def _code_stub(indent: str, notebook: str) -> str:
-    return (
-        f"{indent}# YOUR CODE HERE\n"
-        f'{indent}raise NotImplementedError("Write this part yourself: see the step above in '
-        f'{notebook}.")'
-    )
+@dataclass(frozen=True)
+class Bundle:
+    """What :func:`make_bundle` wrote."""
+
+    root: Path
+    notebooks: list[StudentCopy]
+    proxy: Path
+    proxy_regions: int
 
 
-def strip_solutions(source: str, *, kind: str, notebook: str = "this notebook") -> tuple[str, int]:
-    """Replace each solution region of one cell's source; return the new source and the count.
-
-    Raises :class:`SolutionRegionError` when a BEGIN has no END, or an END has no BEGIN.
-    """
-    lines = source.split("\n")
-    out: list[str] = []
-    regions = 0
-    inside = False
-    for number, line in enumerate(lines, start=1):
-        stripped = line.strip()
-        if stripped == BEGIN:
-            if inside:
-                raise SolutionRegionError(
-                    f"{notebook}: line {number} opens a solution region inside another one. "
-                    f"Close the first with '{END}' before opening the next."
-                )
-            inside = True
-            regions += 1
-            indent = re.match(r"\s*", line).group(0)  # type: ignore[union-attr]
-            out.append(_code_stub(indent, notebook) if kind == "code" else ANSWER_PROMPT)
-        elif stripped == END:
-            if not inside:
-                raise SolutionRegionError(
-                    f"{notebook}: line {number} closes a solution region that was never opened. "
-                    f"Add '{BEGIN}' above it or delete it."
-                )
-            inside = False
-        elif not inside:
-            out.append(line)
-    if inside:
-        raise SolutionRegionError(
-            f"{notebook}: a solution region is never closed. Add '{END}' after the solution."
-        )
-    return "\n".join(out), regions
-
-
-def make_student_copies(source_dir: Path, out_dir: Path) -> list[StudentCopy]:
-    """Write a learner copy of every ``*.ipynb`` in *source_dir* into *out_dir*.
-
-    Outputs and execution counts are cleared; files other than notebooks (the nbval sanitize
-    file, data) are not copied.
-    """
-    notebooks = sorted(source_dir.glob("*.ipynb"))
-    if not notebooks:
+def _notebooks(source_dir: Path) -> list[Path]:
+    found = sorted(source_dir.glob("[0-9][0-9]_*.ipynb"))
+    if not found:
         raise LabkitError(
             f"No notebooks found in {source_dir}: expected files named NN_topic.ipynb. "
             "Pass the folder that holds the instructor notebooks (e.g. notebooks/)."
         )
+    return found
+
+
+def part_cells(nb: nbformat.NotebookNode) -> list[str]:
+    """The bodies (magic line removed) of a notebook's ``%%proxy_part`` cells, in order."""
+    bodies = []
+    for cell in nb.cells:
+        first, _, body = cell.source.partition("\n")
+        if cell.cell_type == "code" and first.split(" ")[0].strip() == PART_MAGIC:
+            bodies.append(body)
+    return bodies
+
+
+def part_owners(source_dir: Path) -> dict[str, str]:
+    """Which notebook (by stem) writes each function of ``proxy.py``."""
+    owners: dict[str, str] = {}
+    for path in _notebooks(source_dir):
+        for body in part_cells(nbformat.read(path, as_version=4)):
+            for name in part_functions(body):
+                if name in owners and owners[name] != path.stem:
+                    raise LabkitError(
+                        f"{name} is written by both {owners[name]} and {path.stem}: one "
+                        "function of proxy.py belongs to one notebook."
+                    )
+                owners[name] = path.stem
+    return owners
+
+
+def make_student_copies(source_dir: Path, out_dir: Path) -> list[StudentCopy]:
+    """Write a learner copy of every ``NN_topic.ipynb`` in *source_dir* into *out_dir*:
+    solution regions stubbed, outputs and execution counts cleared."""
     out_dir.mkdir(parents=True, exist_ok=True)
     copies: list[StudentCopy] = []
-    for path in notebooks:
+    for path in _notebooks(source_dir):
         nb = nbformat.read(path, as_version=4)
         total = 0
         for cell in nb.cells:
             cell.source, count = strip_solutions(
-                cell.source, kind=cell.cell_type, notebook=path.name
+                cell.source, kind=cell.cell_type, notebook=path.stem
             )
             total += count
             if cell.cell_type == "code":
@@ -118,3 +123,108 @@ def make_student_copies(source_dir: Path, out_dir: Path) -> list[StudentCopy]:
         nbformat.write(nb, target)
         copies.append(StudentCopy(source=path, target=target, regions=total))
     return copies
+
+
+_SECTION = re.compile(r"^# (?P<step>\d\d) · ", re.MULTILINE)
+
+
+def _section_owners(solution: str, notebooks: list[Path]) -> dict[int, str]:
+    """For each line of ``solution``, the notebook named by the ``# NN · ...`` section above it."""
+    stems = {path.stem[:2]: path.stem for path in notebooks}
+    owners: dict[int, str] = {}
+    current = ""
+    for number, line in enumerate(solution.split("\n"), start=1):
+        match = _SECTION.match(line)
+        if match:
+            current = stems.get(match["step"], "")
+        owners[number] = current
+    return owners
+
+
+def stub_proxy(solution: str, notebooks_dir: Path) -> tuple[str, int]:
+    """``solution`` with each region stubbed in the name of the notebook that writes it: the
+    notebook whose ``%%proxy_part`` cell holds the function, else the one its ``# NN ·``
+    section names."""
+    owners = part_owners(notebooks_dir)
+    by_section = _section_owners(solution, _notebooks(notebooks_dir))
+    found = regions(solution, where="solutions/proxy.py")
+    orphans = sorted(
+        {r.function for r in found if r.function not in owners and not by_section[r.line]}
+    )
+    if orphans:
+        raise LabkitError(
+            f"solutions/proxy.py has solution regions in {', '.join(orphans)}, which no "
+            "notebook writes: add a %%proxy_part cell for each to the notebook that teaches "
+            "it, or put it under that notebook's '# NN · ...' section."
+        )
+    return strip_solutions(
+        solution,
+        kind="code",
+        notebook="solutions/proxy.py",
+        owner=lambda r: owners.get(r.function) or by_section[r.line],
+    )
+
+
+def _requirements() -> list[str]:
+    requires = importlib.metadata.requires(DISTRIBUTION) or []
+    return [r for r in requires if "extra ==" not in r]
+
+
+def _copy_package(package: Path, into: Path) -> None:
+    shutil.copytree(
+        package, into / package.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+
+
+def _render(name: str, **values: str) -> str:
+    text = (TEMPLATES / name).read_text(encoding="utf-8")
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", value)
+    leftover = re.search(r"@[A-Z_]+@", text)
+    if leftover:
+        raise LabkitError(f"bundle template {name} has no value for {leftover.group(0)}")
+    return text
+
+
+def make_bundle(
+    notebooks: Path, solution: Path, out: Path, *, binder_repo: str = BINDER_PLACEHOLDER
+) -> Bundle:
+    """Write the learner bundle into ``out`` (see the module docstring). ``out`` must not exist
+    or be empty; nothing of ``solution`` but its given code reaches it."""
+    if out.exists() and any(out.iterdir()):
+        raise LabkitError(
+            f"{out} already exists and is not empty: the bundle is written into a new folder. "
+            f"Remove it or pick another, e.g. --out {out}-2."
+        )
+    if not solution.is_file():
+        raise LabkitError(
+            f"There is no {solution}: the bundle's proxy.py is made from the instructor's "
+            "solutions/proxy.py. Run this from the repository, or pass --solution."
+        )
+    proxy_source, proxy_regions = stub_proxy(solution.read_text(encoding="utf-8"), notebooks)
+
+    out.mkdir(parents=True, exist_ok=True)
+    copies = make_student_copies(notebooks, out / "notebooks")
+    proxy = out / "proxy.py"
+    proxy.write_text(proxy_source, encoding="utf-8")
+    for package in (Path(labkit.__file__).parent, Path(mock_upstream.__file__).parent):
+        _copy_package(package, out)
+
+    requirements = _requirements()
+    pip_lines = "\n".join(f'    "{r}",' for r in requirements)
+    conda_pip = "\n".join(f"      - {r}" for r in requirements)
+    version = importlib.metadata.version(DISTRIBUTION)
+    files = {
+        "README.md": _render("README.md", BINDER_REPO=binder_repo),
+        "Makefile": _render("Makefile"),
+        "pyproject.toml": _render("pyproject.toml.in", VERSION=version, DEPENDENCIES=pip_lines),
+        "binder/environment.yml": _render("environment.yml", PIP_DEPENDENCIES=conda_pip),
+        "binder/postBuild": _render("postBuild"),
+        ".gitignore": _render("gitignore"),
+    }
+    for name, text in files.items():
+        target = out / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    (out / "binder" / "postBuild").chmod(0o755)
+    return Bundle(out, copies, proxy, proxy_regions)

@@ -12,7 +12,7 @@ import httpx2
 from fastapi import FastAPI
 
 from bench.proxies.httpx_like import httpx_like_app
-from labkit.reference.portable import UPSTREAM_IDLE_S
+from solutions.portable import UPSTREAM_IDLE_S
 
 TIMEOUT = httpx2.Timeout(connect=5.0, read=UPSTREAM_IDLE_S, write=10.0, pool=10.0)
 

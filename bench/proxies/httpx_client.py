@@ -1,7 +1,7 @@
 """The portable reference relay over httpx, one app per pool setting.
 
 * ``app``: the reference's own settings (default limits: 100 connections, 20 kept alive). A
-  control: it should measure like ``labkit.reference.proxy``, which tells the relay's cost
+  control: it should measure like ``solutions.proxy``, which tells the relay's cost
   apart from the client's.
 * ``app_pool``: ``max_connections=None``, 500 kept alive (the "just raise the limits" fix).
 * ``app_wide``: ``max_connections=1000``, 100 kept alive (no wall at 100 streams, a pool no
@@ -16,12 +16,12 @@ import httpx
 from fastapi import FastAPI
 
 from bench.proxies.httpx_like import httpx_like_app
-from labkit.reference.proxy import TIMEOUT
+from solutions.proxy import upstream_timeout
 
 
 def app_with(limits: httpx.Limits) -> FastAPI:
     return httpx_like_app(
-        lambda url: httpx.AsyncClient(base_url=url, timeout=TIMEOUT, limits=limits),
+        lambda url: httpx.AsyncClient(base_url=url, timeout=upstream_timeout(), limits=limits),
         (httpx.HTTPError,),
     )
 

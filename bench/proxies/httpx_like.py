@@ -1,4 +1,4 @@
-"""The :class:`~labkit.reference.portable.Upstream` adapter for httpx and httpx2 (same API), and
+"""The :class:`~solutions.portable.Upstream` adapter for httpx and httpx2 (same API), and
 the portable reference relay over a client of either."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from labkit.reference.portable import CHAT, make_app, upstream_url
+from solutions.portable import CHAT, make_app, upstream_url
 
 
 class HttpxResponse:

@@ -22,17 +22,18 @@ from pathlib import Path
 
 from labkit.capture import acapture_stream
 from labkit.checks import CheckResult, arun_checks
-from labkit.checks.catalogue import SOLO_LANE, lanes_for, select
+from labkit.checks.catalogue import BY_ID, SOLO_LANE, lanes_for, select
 from labkit.checks.context import chat_body
 from labkit.errors import CaptureError
 from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.rubric import Rubric
 from labkit.grading.sandbox import problem_from, start_proxy
 from labkit.handles import ServerHandle
+from labkit.regions import Unwritten, unwritten
 from labkit.servers import serve_subprocess
 from labkit.subprocess_server import SubprocessServer
 
-__all__ = ["PREFLIGHT_S", "UPSTREAM_TARGET", "agrade_file", "agrade_url"]
+__all__ = ["PREFLIGHT_S", "UPSTREAM_TARGET", "agrade_file", "agrade_url", "unwritten_results"]
 
 UPSTREAM_TARGET = "labkit.grading.upstream_app:app"
 PREFLIGHT_S = 5.0
@@ -42,6 +43,38 @@ NOT_RUN_HINT = "fix the problem above and grade again."
 
 def _not_run(ids: Iterable[str], verdict: str) -> list[CheckResult]:
     return [CheckResult(i, False, verdict, {}, NOT_RUN_HINT) for i in ids]
+
+
+def _step_number(notebook: str) -> int:
+    digits = notebook[:2]
+    return int(digits) if digits.isdigit() else 0
+
+
+def unwritten_results(source: str, ids: Iterable[str]) -> dict[str, CheckResult]:
+    """Failed results for the checks that need a part the learner has not written yet.
+
+    A check taught in notebook N needs every part of notebooks 02..N; parts of later notebooks
+    are off its path, or stand-ins that keep it working. The verdict names what is missing and
+    where it is written, so nothing is run against a stub.
+    """
+    missing = unwritten(source)
+    results: dict[str, CheckResult] = {}
+    for check_id in ids:
+        step = _step_number(BY_ID[check_id].step)
+        needed: list[Unwritten] = [u for u in missing if _step_number(u.notebook) <= step]
+        if not needed:
+            continue
+        names = ", ".join(dict.fromkeys(f"{u.function} (notebook {u.notebook})" for u in needed))
+        first = needed[0]
+        results[check_id] = CheckResult(
+            check_id,
+            False,
+            f"not written yet: {names}",
+            {"unwritten": len(needed)},
+            f"go back to notebook {first.notebook}, write {first.function} in its build-it "
+            "cell, run that cell, then check again.",
+        )
+    return results
 
 
 async def _preflight(proxy_url: str) -> Problem | None:
@@ -71,8 +104,13 @@ async def agrade_file(
     *,
     name: str | None = None,
     only: str | Iterable[str] | None = None,
+    precheck: bool = True,
 ) -> SubmissionReport:
-    """Grade the proxy in ``path``; the report's ``name`` defaults to the file name."""
+    """Grade the proxy in ``path``; the report's ``name`` defaults to the file name.
+
+    With ``precheck`` (the default) a check that needs a part still stubbed in the file (see
+    ``unwritten_results``) fails with a verdict naming that part, without being run.
+    """
     rubric = rubric or Rubric()
     source = Path(path)
     ids = select(only)
@@ -89,12 +127,18 @@ async def agrade_file(
         return report(_not_run(ids, "not run: there is no submission file"), missing)
 
     results: dict[str, CheckResult] = {}
+    if precheck:
+        text = await asyncio.to_thread(source.read_text, encoding="utf-8", errors="replace")
+        results.update(unwritten_results(text, ids))
+    to_run = tuple(i for i in ids if i not in results)
+    if not to_run:
+        return report([results[i] for i in ids])
     servers: list[ServerHandle] = []
     problem: Problem | None
     sandbox = Path(tempfile.mkdtemp(prefix="labkit-grade-"))
     try:
         async with asyncio.timeout(rubric.submission_timeout_s):
-            problem = await _run_lanes(source, sandbox, ids, servers, results)
+            problem = await _run_lanes(source, sandbox, to_run, servers, results)
     except TimeoutError:
         problem = Problem(
             "submission_timeout",
@@ -104,8 +148,10 @@ async def agrade_file(
     finally:
         await _stop(servers)
         shutil.rmtree(sandbox, ignore_errors=True)
-    if problem is not None and not results:
-        return report(_not_run(ids, "not run: the proxy could not be graded"), problem)
+    if problem is not None and not any(i in results for i in to_run):
+        not_run = _not_run(to_run, "not run: the proxy could not be graded")
+        ordered = sorted([*results.values(), *not_run], key=lambda r: ids.index(r.id))
+        return report(ordered, problem)
     stopped = _not_run([i for i in ids if i not in results], "not run: grading was stopped")
     ordered = sorted([*results.values(), *stopped], key=lambda r: ids.index(r.id))
     return report(ordered, problem)

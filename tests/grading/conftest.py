@@ -10,8 +10,8 @@ import pytest
 
 from labkit import serve
 from labkit.handles import ServerHandle, registry
-from labkit.reference import proxy as reference
 from mock_upstream import create_app
+from solutions import proxy as reference
 
 
 @pytest.fixture

@@ -11,9 +11,10 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-import labkit.reference.proxy
+import solutions.proxy
+from labkit.regions import END, regions, strip_solutions
 
-REFERENCE = Path(labkit.reference.proxy.__file__)
+REFERENCE = Path(solutions.proxy.__file__)
 BROKEN_DIR = Path(__file__).parent / "broken"
 VARIANTS = sorted(p.stem for p in BROKEN_DIR.glob("*.py"))
 
@@ -45,3 +46,20 @@ def write_variant(name: str, folder: Path) -> Path:
 
 def expected_failures(name: str) -> set[str]:
     return set(variant(name).FAILS)
+
+
+def stubbed_one_region(function: str) -> str:
+    """The reference with only ``function``'s solution region stubbed as the learner bundle
+    stubs it (its stand-in, or a ``raise``), the stub's marker comment taken out so that the
+    grader runs the stub instead of reporting the part as not written."""
+    source = REFERENCE.read_text(encoding="utf-8")
+    lines = source.split("\n")
+    (region,) = [r for r in regions(source) if r.function == function]
+    end = next(i for i in range(region.line, len(lines)) if lines[i].strip() == END)
+    part, _ = strip_solutions("\n".join(lines[region.line - 1 : end + 1]), kind="code")
+    stub = [line for line in part.split("\n") if "# YOUR CODE HERE:" not in line]
+    return "\n".join(lines[: region.line - 1] + stub + lines[end + 1 :])
+
+
+def region_functions() -> list[str]:
+    return [r.function for r in regions(REFERENCE.read_text(encoding="utf-8"))]

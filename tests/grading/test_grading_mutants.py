@@ -9,9 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from grading_support import REFERENCE, VARIANTS, broken_source, expected_failures, write_variant
+from grading_support import (
+    REFERENCE,
+    VARIANTS,
+    broken_source,
+    expected_failures,
+    region_functions,
+    stubbed_one_region,
+    write_variant,
+)
 
-import labkit.reference.aiohttp_proxy
+import solutions.aiohttp_proxy
 from labkit.checks import CHECK_IDS
 from labkit.grading.roster import Submission, grade_many
 from labkit.grading.rubric import Rubric
@@ -34,7 +42,7 @@ REFERENCES = {"reference", "aiohttp-reference"}
 def test_verdict_table(tmp_path: Path) -> None:
     submissions = [
         Submission("reference", REFERENCE),
-        Submission("aiohttp-reference", Path(labkit.reference.aiohttp_proxy.__file__)),
+        Submission("aiohttp-reference", Path(solutions.aiohttp_proxy.__file__)),
     ]
     submissions += [Submission(name, write_variant(name, tmp_path)) for name in VARIANTS]
     reports = grade_many(submissions, Rubric())
@@ -52,3 +60,31 @@ def test_verdict_table(tmp_path: Path) -> None:
             assert not re.search(r"\d", result.verdict), result  # nbval compares verdicts
     print("\n".join(["", "verdict table (F = failed):", *table]), file=sys.stderr)
     assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.slow
+def test_every_solution_region_carries_a_graded_property(tmp_path: Path) -> None:
+    """The second table: the reference with one solution region stubbed (as the learner bundle
+    has it: the stand-in, or a raise) fails at least one check, and every check fails for at
+    least one stubbed region. No region is dead weight; no check passes on given code alone."""
+    functions = region_functions()
+    assert len(functions) == len(set(functions)), "one region per function"
+    submissions = []
+    for function in functions:
+        path = tmp_path / f"{function}.py"
+        path.write_text(stubbed_one_region(function), encoding="utf-8")
+        submissions.append(Submission(function, path))
+    reports = grade_many(submissions, Rubric())
+
+    table, dead = [], []
+    caught: set[str] = set()
+    for report in reports:
+        failed = {r.id for r in report.results if not r.passed}
+        caught |= failed
+        marks = " ".join("F" if check_id in failed else "." for check_id in CHECK_IDS)
+        table.append(f"{report.name:<18} {marks}")
+        if not failed:
+            dead.append(report.name)
+    print("\n".join(["", "stubbed region (F = failed):", *table]), file=sys.stderr)
+    assert not dead, f"stubbing these regions fails no check: {dead}"
+    assert caught == set(CHECK_IDS), f"checks no stubbed region fails: {set(CHECK_IDS) - caught}"

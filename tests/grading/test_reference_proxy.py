@@ -1,6 +1,6 @@
 """Both reference proxies beyond what the checks measure: unary requests, bad requests, startup.
 
-The httpx one is notebook 06's; the aiohttp one (``labkit.reference.aiohttp_proxy``) is the
+The httpx one is notebook 06's; the aiohttp one (``solutions.aiohttp_proxy``) is the
 same relay over a faster client. Each test here runs against both."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 from labkit import capture_stream, serve
 from labkit.errors import AppStartupError
 from labkit.handles import ServerHandle
-from labkit.reference import aiohttp_proxy
-from labkit.reference import proxy as reference
+from solutions import aiohttp_proxy
+from solutions import proxy as reference
 
 CHAT = "/v1/chat/completions"
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}

@@ -1,7 +1,8 @@
 """Learner copies: solutions gone, outputs cleared, and the checks fail helpfully until written.
 
-The committed notebooks are the instructor copies. ``labkit.student.make_student_copies`` turns
-each solution region into ``raise NotImplementedError(...)``. Executed top to bottom, a learner
+The committed notebooks are the instructor copies. ``labkit student`` writes the learner bundle:
+each solution region becomes a stub, in the notebooks and in the bundle's ``proxy.py``. Executed
+top to bottom in the bundle (where ``find_proxy()`` finds the stubbed ``proxy.py``), a learner
 copy must reach its check cells and show a verdict (``FAIL ...``) or the stub's own message, never
 a ``NameError`` or some other traceback. In the instructor copies the stored check outputs pass
 (nbval re-runs them; here we read what is committed).
@@ -18,7 +19,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from labkit.student import BEGIN, END, make_student_copies
+from labkit.student import BEGIN, END, make_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -58,9 +59,10 @@ def _ids(paths: list[Path]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def learner_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("student")
-    make_student_copies(NOTEBOOK_DIR, out)
-    return out
+    """The learner notebooks, inside a learner bundle (``../proxy.py`` is the stubbed one)."""
+    out = tmp_path_factory.mktemp("student") / "bundle"
+    make_bundle(NOTEBOOK_DIR, ROOT / "solutions" / "proxy.py", out)
+    return out / "notebooks"
 
 
 def test_there_are_notebooks() -> None:
@@ -92,7 +94,10 @@ def test_solution_notebook_stored_checks_pass(source: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("source", NOTEBOOKS, ids=_ids(NOTEBOOKS))
-def test_learner_copy_check_cells_fail_helpfully(source: Path, learner_dir: Path) -> None:
+def test_learner_copy_check_cells_fail_helpfully(
+    source: Path, learner_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LAB_PROXY", raising=False)
     path = learner_dir / source.name
     learner = nbformat.read(path, as_version=4)
     if not _check_cells(learner):
@@ -113,7 +118,7 @@ def test_learner_copy_check_cells_fail_helpfully(source: Path, learner_dir: Path
             assert error.ename == "NotImplementedError", (
                 f"{source.name}: a check cell failed with {error.ename}, not a verdict:\n{shown}"
             )
-            assert STUB_MESSAGE in error.evalue and source.name in error.evalue
+            assert STUB_MESSAGE in error.evalue and source.stem in error.evalue
         verdicts = [line for line in shown.splitlines() if line.startswith(("PASS", "FAIL"))]
         assert any(line.startswith("FAIL") for line in verdicts) or _errors(cell), (
             f"{source.name}: the learner copy's check cell neither fails a check nor names the "

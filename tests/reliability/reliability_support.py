@@ -30,9 +30,9 @@ from labkit.handles import ServerHandle
 from mock_upstream import create_app
 
 CHAT = "/v1/chat/completions"
-REFERENCE_TARGET = "labkit.reference.proxy:app"
+REFERENCE_TARGET = "solutions.proxy:app"
 # Both references: the one the notebooks teach (httpx) and the one to deploy (aiohttp).
-REFERENCE_TARGETS = {"httpx": REFERENCE_TARGET, "aiohttp": "labkit.reference.aiohttp_proxy:app"}
+REFERENCE_TARGETS = {"httpx": REFERENCE_TARGET, "aiohttp": "solutions.aiohttp_proxy:app"}
 
 # The reference's knobs, shortened so the matrix stays quick: heartbeat every 0.3 s, give up on
 # an upstream silent for 2 s (the defaults are 2 s and 60 s).

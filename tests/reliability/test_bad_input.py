@@ -16,11 +16,11 @@ from upstream_fakes import ScriptedUpstream, chat_frames
 
 from labkit import capture_stream, serve
 from labkit.handles import ServerHandle
-from labkit.reference import aiohttp_proxy
-from labkit.reference import proxy as reference
 from mock_upstream import Scenario, create_app
 from mock_upstream.bodies import MAX_BODY_BYTES as MOCK_MAX_BODY
 from mock_upstream.scenario import KEYS
+from solutions import aiohttp_proxy
+from solutions import proxy as reference
 
 CHAT = "/v1/chat/completions"
 ROUTES = ("/v1/chat/completions", "/v1/responses", "/v1/messages")

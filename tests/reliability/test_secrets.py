@@ -19,8 +19,8 @@ import nbformat
 import pytest
 from upstream_fakes import ScriptedUpstream, chat_frames
 
-import labkit.reference.portable
-import labkit.reference.proxy
+import solutions.portable
+import solutions.proxy
 from labkit import capture_stream, serve, serve_subprocess
 from labkit.handles import ServerHandle
 
@@ -38,7 +38,7 @@ def upstream() -> Iterator[tuple[ScriptedUpstream, ServerHandle]]:
 
 
 # Both references: the one notebook 06 builds (httpx) and the one to deploy (aiohttp).
-TARGETS = ["labkit.reference.proxy:app", "labkit.reference.aiohttp_proxy:app"]
+TARGETS = ["solutions.proxy:app", "solutions.aiohttp_proxy:app"]
 
 
 @pytest.fixture(params=TARGETS, ids=["httpx", "aiohttp"])
@@ -111,7 +111,7 @@ def test_key_is_not_in_the_unreachable_upstream_error(tmp_path: Path, target: st
     assert CANARY not in proxy.stdout() + proxy.stderr()
 
 
-@pytest.mark.parametrize("module", [labkit.reference.proxy, labkit.reference.portable])
+@pytest.mark.parametrize("module", [solutions.proxy, solutions.portable])
 def test_reference_reads_the_key_from_the_environment_only(module: ModuleType) -> None:
     source = Path(module.__file__ or "").read_text()
     assert 'os.environ.get("UPSTREAM_API_KEY")' in source
@@ -170,7 +170,7 @@ def test_grader_runs_learner_code_without_secrets_or_other_files(tmp_path: Path)
     (mine / "notes.txt").write_text("alice's private notes")
     (theirs / "notes.txt").write_text(f"bob's notes {CANARY}")
     dump = tmp_path / "spy.jsonl"
-    reference = Path(labkit.reference.proxy.__file__).read_text()
+    reference = Path(solutions.proxy.__file__).read_text()
     future_import = "from __future__ import annotations\n"
     head, _, rest = reference.partition(future_import)
     spy = SPY.format(dump=str(dump), other=str(theirs / "notes.txt"))

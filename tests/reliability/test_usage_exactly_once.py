@@ -15,8 +15,8 @@ from upstream_fakes import ScriptedUpstream, chat_frames
 
 from labkit import capture_stream, serve
 from labkit.handles import ServerHandle
-from labkit.reference import aiohttp_proxy
-from labkit.reference import proxy as reference
+from solutions import aiohttp_proxy
+from solutions import proxy as reference
 
 CHAT = "/v1/chat/completions"
 

@@ -7,8 +7,16 @@ nothing else runs meanwhile, no heartbeat, no disconnect noticed, no other reque
 FAILS = {"cancel_before_first_token", "keepalive", "concurrency"}
 PATCHES = [
     (
-        "    async with httpx.AsyncClient(base_url=upstream_url, timeout=TIMEOUT) as client:\n",
-        "    with httpx.Client(base_url=upstream_url, timeout=TIMEOUT) as client:\n",
+        "    async with make_client(upstream_url) as client:\n",
+        "    with make_client(upstream_url) as client:\n",
+    ),
+    (
+        "def make_client(upstream_url: str) -> httpx.AsyncClient:\n",
+        "def make_client(upstream_url: str) -> httpx.Client:\n",
+    ),
+    (
+        "    return httpx.AsyncClient(base_url=upstream_url, timeout=upstream_timeout())\n",
+        "    return httpx.Client(base_url=upstream_url, timeout=upstream_timeout())\n",
     ),
     (
         "    client: httpx.AsyncClient = request.app.state.client\n",
@@ -16,8 +24,17 @@ PATCHES = [
     ),
     ("        upstream = await client.send(", "        upstream = client.send("),
     (
-        "        async for line in upstream.aiter_lines():\n",
-        "        for line in upstream.iter_lines():\n            await asyncio.sleep(0)\n",
+        "        async for event in sse_events(upstream.aiter_lines()):\n",
+        "        async for event in sse_events(blocking_lines(upstream)):\n",
+    ),
+    (
+        "async def read_events(",
+        "async def blocking_lines(upstream: httpx.Response) -> AsyncIterator[str]:\n"
+        "    for line in upstream.iter_lines():\n"
+        "        await asyncio.sleep(0)\n"
+        "        yield line\n"
+        "\n\n"
+        "async def read_events(",
     ),
     ("        await upstream.aclose()\n", "        upstream.close()\n", 2),
     ("        content = await upstream.aread()\n", "        content = upstream.read()\n"),

@@ -12,11 +12,11 @@ PATCHES = [
         "        buffered(relay(upstream, client_wants_usage)),\n",
     ),
     (
-        '@app.post("/v1/chat/completions")\n',
+        "@app.post(CHAT_PATH)\n",
         "async def buffered(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:\n"
         "    chunks = [chunk async for chunk in body]\n"
         '    yield b"".join(chunks)\n'
         "\n\n"
-        '@app.post("/v1/chat/completions")\n',
+        "@app.post(CHAT_PATH)\n",
     ),
 ]

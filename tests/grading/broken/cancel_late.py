@@ -14,12 +14,12 @@ PATCHES = [
         "    return StreamingResponse(\n        prepend(first, events),\n",
     ),
     (
-        '@app.post("/v1/chat/completions")\n',
+        "@app.post(CHAT_PATH)\n",
         "async def prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:\n"
         "    yield first\n"
         "    async for chunk in rest:\n"
         "        yield chunk\n"
         "\n\n"
-        '@app.post("/v1/chat/completions")\n',
+        "@app.post(CHAT_PATH)\n",
     ),
 ]

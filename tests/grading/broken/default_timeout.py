@@ -3,7 +3,7 @@
 FAILS = {"long_stream"}
 PATCHES = [
     (
-        "    async with httpx.AsyncClient(base_url=upstream_url, timeout=TIMEOUT) as client:\n",
-        "    async with httpx.AsyncClient(base_url=upstream_url) as client:\n",
+        "    return httpx.AsyncClient(base_url=upstream_url, timeout=upstream_timeout())\n",
+        "    return httpx.AsyncClient(base_url=upstream_url)\n",
     )
 ]

@@ -3,12 +3,7 @@
 FAILS = {"keepalive"}
 PATCHES = [
     (
-        "            try:\n"
-        "                async with asyncio.timeout(HEARTBEAT_S):\n"
-        "                    item = await queue.get()\n"
-        "            except TimeoutError:\n"
-        "                yield HEARTBEAT\n"
-        "                continue\n",
+        "            item = await next_item(queue)\n",
         "            item = await queue.get()\n",
     )
 ]

@@ -7,10 +7,10 @@ with the upstream's own usage.
 FAILS = {"usage"}
 PATCHES = [
     (
-        '                if chunk.get("usage"):\n                    usage.take(chunk["usage"])\n',
-        '                if chunk.get("choices"):\n'
-        "                    usage.completion_tokens = (usage.completion_tokens or 0) + 1\n"
-        "                    usage.total_tokens = usage.completion_tokens\n"
-        '                if chunk.get("usage"):\n',
+        '    if chunk.get("usage"):\n        usage.take(chunk["usage"])\n',
+        '    if chunk.get("choices"):\n'
+        "        usage.completion_tokens = (usage.completion_tokens or 0) + 1\n"
+        "        usage.total_tokens = usage.completion_tokens\n"
+        '    if chunk.get("usage"):\n',
     )
 ]

@@ -1,6 +1,6 @@
 """The reference proxy over aiohttp: the one to deploy when a proxy must hold many streams.
 
-Same behaviour as ``labkit/reference/proxy.py`` (it is :mod:`labkit.reference.portable`'s relay,
+Same behaviour as ``solutions/proxy.py`` (it is :mod:`solutions.portable`'s relay,
 and the grader's checks pass against it); a different upstream client, chosen by measurement
 (``make bench``, README "Benchmarks"): with httpx's default pool the reference holds 100
 upstream streams, and lifting httpx's limit makes every request slower, while aiohttp held as
@@ -16,7 +16,7 @@ Two of aiohttp's defaults would break a streaming proxy and are overridden here:
 A line of the upstream's body longer than 128 KiB (aiohttp's read buffer) ends the stream with
 an in-stream error; OpenAI-style chunks are far smaller.
 
-Run it: ``UPSTREAM_URL=http://127.0.0.1:8001 uvicorn labkit.reference.aiohttp_proxy:app``.
+Run it: ``UPSTREAM_URL=http://127.0.0.1:8001 uvicorn solutions.aiohttp_proxy:app``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import aiohttp
 
-from labkit.reference.portable import CHAT, UPSTREAM_IDLE_S, make_app, upstream_url
+from solutions.portable import CHAT, UPSTREAM_IDLE_S, make_app, upstream_url
 
 TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5.0, sock_read=UPSTREAM_IDLE_S)
 

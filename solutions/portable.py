@@ -1,15 +1,15 @@
 """The reference proxy with its upstream client as a parameter.
 
-``labkit/reference/proxy.py`` is the model answer the way notebook 06 teaches it, over httpx.
-This module is the same proxy, property for property and error message for error message,
-written around a two-method client interface (:class:`Upstream`) so that the client can be
-chosen for speed: ``labkit/reference/aiohttp_proxy.py`` is this relay over aiohttp, and the
-benchmarks (``bench/proxies``) run it over httpx with other pool settings and over httpx2.
+``solutions/proxy.py`` is the proxy the notebooks build, over httpx. This module is the same
+proxy, property for property and error message for error message, around a two-method client
+interface (:class:`Upstream`) so that the client can be chosen for speed:
+``solutions/aiohttp_proxy.py`` is this relay over aiohttp, and the benchmarks (``bench/proxies``)
+run it over httpx with other pool settings and over httpx2.
 
-The settings and the plain helpers (usage log, error shapes, body limit) are imported from the
-reference, so the two cannot drift apart there; the grader's checks and the reliability matrix
-run against both. One difference on the hot path, no difference in behaviour: the heartbeat
-deadline is armed only when no event is waiting, instead of once per event.
+Everything that does not touch the client comes from ``solutions/proxy.py`` itself: the
+settings, the request checks, the framing (``sse_events``), what to pass on for each event
+(``pass_on``), heartbeats (``next_item``), the bounded queue, usage and error shapes. What is
+left here is the part that differs: how the reader reads, and the route around ``open``.
 """
 
 from __future__ import annotations
@@ -19,34 +19,35 @@ import json
 import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
-from starlette.requests import ClientDisconnect
 
-from labkit.reference.proxy import (
-    FORWARDED_HEADERS,
+from solutions.proxy import (
+    CHAT_PATH,
     HEARTBEAT,
-    HEARTBEAT_S,
-    MAX_BODY_BYTES,
-    QUEUE_EVENTS,
     READER_GRACE_S,
     SSE_HEADERS,
     UPSTREAM_IDLE_S,
+    Item,
+    UpstreamFailed,
     Usage,
-    bad_request,
+    ask_for_usage,
     error_body,
     error_event,
-    event_data,
     log_usage,
-    not_json,
-    read_body,
+    make_queue,
+    next_item,
+    pass_on,
+    read_request,
+    sse_events,
+    upstream_headers,
 )
 
 __all__ = [
+    "CHAT",
     "UPSTREAM_IDLE_S",
     "Upstream",
     "UpstreamResponse",
@@ -54,7 +55,7 @@ __all__ = [
     "upstream_url",
 ]
 
-CHAT = "/v1/chat/completions"
+CHAT = CHAT_PATH
 
 
 class UpstreamResponse(Protocol):
@@ -96,51 +97,29 @@ def upstream_url() -> str:
     return url.rstrip("/")
 
 
-@dataclass
-class Failed:
-    message: str
-
-
 async def read_events(
     upstream: UpstreamResponse,
-    queue: asyncio.Queue[str | Failed],
+    queue: asyncio.Queue[Item],
     errors: tuple[type[BaseException], ...],
 ) -> None:
-    """Put each complete SSE event on the bounded queue (see the reference's ``read_events``)."""
+    """``solutions/proxy.py``'s ``read_events`` with the client's own exception types."""
     try:
-        lines: list[str] = []
-        async for line in upstream.lines():
-            if line:
-                lines.append(line)
-            elif lines:
-                await queue.put("\n".join(lines))
-                lines = []
-        await queue.put(Failed("the upstream closed the stream before it finished"))
+        async for event in sse_events(upstream.lines()):
+            await queue.put(event)
+        await queue.put(UpstreamFailed("the upstream closed the stream before it finished"))
     except errors as exc:
-        await queue.put(Failed(f"the upstream stream failed: {type(exc).__name__}"))
+        await queue.put(UpstreamFailed(f"the upstream stream failed: {type(exc).__name__}"))
     except Exception as exc:
-        await queue.put(Failed(f"reading the stream failed: {type(exc).__name__}"))
+        await queue.put(UpstreamFailed(f"reading the stream failed: {type(exc).__name__}"))
     finally:
         await upstream.close()
-
-
-async def next_item(queue: asyncio.Queue[str | Failed]) -> str | Failed | None:
-    """The next queued item, or None after ``HEARTBEAT_S`` of silence. A timer is armed only
-    when the queue is empty: under load most events are already waiting."""
-    if not queue.empty():
-        return queue.get_nowait()
-    try:
-        async with asyncio.timeout(HEARTBEAT_S):
-            return await queue.get()
-    except TimeoutError:
-        return None
 
 
 async def relay(
     upstream: UpstreamResponse, wants_usage: bool, errors: tuple[type[BaseException], ...]
 ) -> AsyncIterator[bytes]:
-    """The response body; the reference's ``relay``, event for event."""
-    queue: asyncio.Queue[str | Failed] = asyncio.Queue(maxsize=QUEUE_EVENTS)
+    """The response body: ``solutions/proxy.py``'s ``relay``, around this module's reader."""
+    queue = make_queue()
     reader = asyncio.create_task(read_events(upstream, queue, errors))
     usage = Usage()
     outcome = "cancelled"
@@ -150,31 +129,16 @@ async def relay(
             if item is None:
                 yield HEARTBEAT
                 continue
-            if isinstance(item, Failed):
+            if isinstance(item, UpstreamFailed):
                 outcome = "error"
                 yield error_event(item.message)
                 return
-            data = event_data(item)
-            if data == "[DONE]":
-                outcome = "completed"
-                yield b"data: [DONE]\n\n"
+            send, ending = pass_on(item, usage, wants_usage)
+            if send is not None:
+                yield send
+            if ending is not None:
+                outcome = ending
                 return
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                continue
-            if not isinstance(chunk, dict):
-                continue
-            usage.id = usage.id or chunk.get("id")
-            if "error" in chunk:
-                outcome = "error"
-                yield f"{item}\n\n".encode()
-                return
-            if chunk.get("usage"):
-                usage.take(chunk["usage"])
-                if not wants_usage and not chunk.get("choices"):
-                    continue
-            yield f"{item}\n\n".encode()
     finally:
         if outcome == "cancelled":
             reader.cancel()
@@ -201,33 +165,16 @@ def make_app(
 
     @app.post(CHAT)
     async def chat_completions(request: Request) -> Response:
-        try:
-            content = await read_body(request)
-        except ClientDisconnect:
-            return Response(status_code=499)
-        if content is None:
-            return bad_request(f"the body is larger than {MAX_BODY_BYTES} bytes", 413)
-        try:
-            body = json.loads(content, parse_constant=not_json)
-        except ValueError:
-            return bad_request("the body is not JSON")
-        if not isinstance(body, dict):
-            return bad_request("the body must be a JSON object")
-
+        body = await read_request(request)
+        if isinstance(body, Response):
+            return body
         upstream: Upstream = request.app.state.upstream
-        headers = {k: request.headers[k] for k in FORWARDED_HEADERS if k in request.headers}
-        if api_key := os.environ.get("UPSTREAM_API_KEY"):
-            headers["authorization"] = f"Bearer {api_key}"
         stream = body.get("stream") is True
         wants_usage = False
         if stream:
-            options = body.get("stream_options") or {}
-            if not isinstance(options, dict):
-                return bad_request("stream_options must be an object")
-            wants_usage = options.get("include_usage") is True
-            body = {**body, "stream_options": {**options, "include_usage": True}}
+            body, wants_usage = ask_for_usage(body)
         try:
-            answer = await upstream.open(body, headers)
+            answer = await upstream.open(body, upstream_headers(request))
         except upstream.errors as exc:
             log_usage(Usage(), "error")
             message = f"the upstream is unreachable: {type(exc).__name__}"

@@ -1,0 +1,173 @@
+"""Solution regions: the instructor's code between ``### BEGIN SOLUTION`` and ``### END SOLUTION``.
+
+The delimiters follow the nbgrader convention. A learner copy replaces each region with a stub
+at the region's own indentation. In code the stub says which function to write and in which
+notebook, and either raises::
+
+    # YOUR CODE HERE: relay, notebook 04_cancel_on_disconnect
+    raise NotImplementedError("Write this part yourself: relay, in notebook 04_cancel_...")
+
+or, when the region starts with ``### STAND-IN:`` lines, runs those lines instead. A stand-in
+is the naive version a later notebook shows breaking (an unbounded queue, httpx's 5 s default),
+so the proxy keeps working for the notebooks before it::
+
+    ### BEGIN SOLUTION
+    ### STAND-IN: return asyncio.Queue()
+    return asyncio.Queue(maxsize=LIMIT)
+    ### END SOLUTION
+
+In markdown (a verification question's answer) the region becomes a prompt for the learner's
+own answer. ``unwritten`` finds the stubs again, so the grader can say which part is missing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from labkit.errors import LabkitError
+
+__all__ = [
+    "ANSWER_PROMPT",
+    "BEGIN",
+    "END",
+    "STAND_IN",
+    "Region",
+    "SolutionRegionError",
+    "Unwritten",
+    "regions",
+    "strip_solutions",
+    "unwritten",
+]
+
+BEGIN = "### BEGIN SOLUTION"
+END = "### END SOLUTION"
+STAND_IN = "### STAND-IN:"
+ANSWER_PROMPT = "_Write your answer here._"
+STUB_MARK = "# YOUR CODE HERE: "
+_STUB = re.compile(r"# YOUR CODE HERE: (?P<function>[\w.]+), notebook (?P<notebook>\w+)")
+_DEF = re.compile(r"^(?P<indent>\s*)(?:async\s+)?def\s+(?P<name>\w+)\s*\(")
+
+
+class SolutionRegionError(LabkitError):
+    """A solution region's delimiters do not pair up."""
+
+
+@dataclass(frozen=True)
+class Region:
+    """One solution region of a source: the function it sits in, its solution and stand-in
+    lines (without the delimiters), and where it starts (1-based line of its BEGIN)."""
+
+    function: str
+    line: int
+    indent: str
+    solution: tuple[str, ...]
+    stand_in: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Unwritten:
+    """A stub left in a learner's file: which function, and the notebook that writes it."""
+
+    function: str
+    notebook: str
+
+
+def _enclosing_function(lines: list[str], index: int, indent: str) -> str:
+    for line in reversed(lines[:index]):
+        match = _DEF.match(line)
+        if match and len(match["indent"]) < len(indent):
+            return match["name"]
+    return "this part"
+
+
+def regions(source: str, *, where: str = "this source") -> list[Region]:
+    """Every solution region of ``source``, in order.
+
+    Raises :class:`SolutionRegionError` when a BEGIN has no END, or an END has no BEGIN.
+    """
+    lines = source.split("\n")
+    found: list[Region] = []
+    start: int | None = None
+    body: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if stripped == BEGIN:
+            if start is not None:
+                raise SolutionRegionError(
+                    f"{where}: line {number} opens a solution region inside another one. "
+                    f"Close the first with '{END}' before opening the next."
+                )
+            start, body = number, []
+        elif stripped == END:
+            if start is None:
+                raise SolutionRegionError(
+                    f"{where}: line {number} closes a solution region that was never opened. "
+                    f"Add '{BEGIN}' above it or delete it."
+                )
+            opening = lines[start - 1]
+            indent = opening[: len(opening) - len(opening.lstrip())]
+            stand_in = tuple(
+                part.strip().removeprefix(STAND_IN).removeprefix(" ")
+                for part in body
+                if part.strip().startswith(STAND_IN)
+            )
+            solution = tuple(part for part in body if not part.strip().startswith(STAND_IN))
+            function = _enclosing_function(lines, start - 1, indent)
+            found.append(Region(function, start, indent, solution, stand_in))
+            start = None
+        elif start is not None:
+            body.append(line)
+    if start is not None:
+        raise SolutionRegionError(
+            f"{where}: a solution region is never closed. Add '{END}' after the solution."
+        )
+    return found
+
+
+def _code_stub(region: Region, notebook: str) -> list[str]:
+    mark = f"{region.indent}{STUB_MARK}{region.function}, notebook {notebook}"
+    if region.stand_in:
+        return [
+            f"{mark}. Until then, this stand-in runs:",
+            *(f"{region.indent}{line}" for line in region.stand_in),
+        ]
+    return [
+        mark,
+        f'{region.indent}raise NotImplementedError("Write this part yourself: '
+        f'{region.function}, in notebook {notebook}.")',
+    ]
+
+
+def strip_solutions(
+    source: str,
+    *,
+    kind: str,
+    notebook: str = "this notebook",
+    owner: Callable[[Region], str] | None = None,
+) -> tuple[str, int]:
+    """Replace each solution region of one cell's (or file's) source with its stub; return the
+    new source and the number of regions. ``notebook`` names the notebook that writes them, or
+    ``owner(region)`` does, region by region."""
+    found = {region.line: region for region in regions(source, where=notebook)}
+    lines = source.split("\n")
+    out: list[str] = []
+    inside = False
+    for number, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if stripped == BEGIN:
+            inside = True
+            region = found[number]
+            where = owner(region) if owner is not None else notebook
+            out.extend(_code_stub(region, where) if kind == "code" else [ANSWER_PROMPT])
+        elif stripped == END:
+            inside = False
+        elif not inside:
+            out.append(line)
+    return "\n".join(out), len(found)
+
+
+def unwritten(source: str) -> list[Unwritten]:
+    """The stubs still in ``source``, in order: what a learner has not written yet."""
+    return [Unwritten(m["function"], m["notebook"]) for m in _STUB.finditer(source)]

@@ -1,0 +1,12 @@
+"""The instructor's complete deliverable and the proxies built from it (not installed).
+
+* ``proxy.py``: the proxy the notebooks build part by part, over httpx. Its solution regions
+  are the notebooks' own (a test keeps them identical); ``labkit student`` stubs them into the
+  learner bundle's ``proxy.py``. The grader's tests grade it as "correct".
+* ``portable.py``: the same proxy around a two-method upstream client interface, built from
+  ``proxy.py``'s parts.
+* ``aiohttp_proxy.py``: ``portable`` over aiohttp, the one that meets the benchmark goals for
+  holding many streams (README, "Benchmarks").
+
+Nothing here ships in the ``labkit`` package or in the learner bundle.
+"""
