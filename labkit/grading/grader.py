@@ -64,12 +64,16 @@ def unwritten_results(source: str, ids: Iterable[str]) -> dict[str, CheckResult]
         needed: list[Unwritten] = [u for u in missing if _step_number(u.notebook) <= step]
         if not needed:
             continue
-        names = ", ".join(dict.fromkeys(f"{u.function} (notebook {u.notebook})" for u in needed))
         first = needed[0]
+        here = [u.function for u in needed if u.notebook == first.notebook]
+        later = dict.fromkeys(u.notebook[:2] for u in needed if u.notebook != first.notebook)
+        verdict = f"not written yet: {', '.join(here)} (notebook {first.notebook})"
+        if later:
+            verdict += f"; then parts of notebooks {', '.join(later)}"
         results[check_id] = CheckResult(
             check_id,
             False,
-            f"not written yet: {names}",
+            verdict,
             {"unwritten": len(needed)},
             f"go back to notebook {first.notebook}, write {first.function} in its build-it "
             "cell, run that cell, then check again.",
