@@ -70,7 +70,7 @@ class StartTimeoutError(ServerStartError):
 class AppStartupError(ServerStartError):
     def __init__(self, *, name: str, error: str, details: str = "") -> None:
         super().__init__(
-            f"{name!r} did not start: its startup code raised {error}. "
+            f"{name!r} did not start: its startup code raised {error.rstrip('.')}. "
             "Fix the app's startup (lifespan or on_startup handler) and start it again.",
             name=name,
         )

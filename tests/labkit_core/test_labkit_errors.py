@@ -36,6 +36,11 @@ PINNED: list[tuple[Exception, str]] = [
         "'proxy' did not start: its startup code raised RuntimeError: boom. Fix the app's "
         "startup (lifespan or on_startup handler) and start it again.",
     ),
+    (  # Bug: a message that ends in a full stop (a learner stub's) got two. Fix: strip it.
+        AppStartupError(name="proxy", error="NotImplementedError: write make_client."),
+        "'proxy' did not start: its startup code raised NotImplementedError: write "
+        "make_client. Fix the app's startup (lifespan or on_startup handler) and start it again.",
+    ),
     (
         ServerExitedError(name="proxy", how="the server thread exited (uvicorn exit code 1)"),
         "'proxy' did not start: the server thread exited (uvicorn exit code 1) before it was "
