@@ -86,7 +86,7 @@ def _watch(server: uvicorn.Server, ready_file: str, port: int, parent_pid: int) 
         if not reported and server.started:
             _report(ready_file, {"status": "ready", "port": port, "pid": os.getpid()})
             reported = True
-        if os.getppid() != parent_pid:  # the parent died without stopping us
+        if parent_pid and os.getppid() != parent_pid:  # the parent died without stopping us
             server.should_exit = True
         time.sleep(0.01 if not reported else 0.5)
 
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ready-file", required=True)
+    # 0: do not watch the parent (a sandbox that dies with it runs us, and hides its pid)
     parser.add_argument("--parent-pid", type=int, default=os.getppid())
     args = parser.parse_args(argv)
 

@@ -2,7 +2,7 @@
 
     labkit grade proxy.py [--json] [--gradescope results.json] [--rubric rubric.toml]
     labkit grade --url http://127.0.0.1:8080 --upstream http://127.0.0.1:8001
-    labkit grade --roster submissions/ --out grades/ [--jobs N]
+    labkit grade --roster submissions/ --out grades/ [--jobs N] [--reference solutions/proxy.py]
     labkit doctor
     labkit student [notebooks/] --out student/
 
@@ -42,8 +42,17 @@ from labkit.grading.roster import (
     grade_many,
 )
 from labkit.grading.rubric import Rubric
+from labkit.grading.similarity import (
+    DEFAULT_THRESHOLD,
+    SimilarityRow,
+    compare_roster,
+    similarity_markdown,
+)
 
 __all__ = ["UsageError", "build_parser", "main"]
+
+
+DEFAULT_REFERENCE = Path("solutions") / "proxy.py"
 
 
 class UsageError(LabkitError):
@@ -70,6 +79,19 @@ def _add_grade(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     grade.add_argument("--roster", nargs="+", metavar="PATH", help="submission files or folders")
     grade.add_argument("--out", help="with --roster: folder for grades.csv and feedback files")
     grade.add_argument("--jobs", type=int, help="with --roster: submissions graded at once")
+    grade.add_argument(
+        "--reference",
+        metavar="PATH",
+        help="with --roster: the instructor's proxy.py to compare submissions with; its "
+        f"scaffold is not counted (default: {DEFAULT_REFERENCE}, if it exists)",
+    )
+    grade.add_argument(
+        "--similar-above",
+        type=float,
+        metavar="SCORE",
+        help="with --roster: flag a submission whose similarity to the reference or another "
+        f"submission is above this, 0 to 1 (default: {DEFAULT_THRESHOLD}); shown, not scored",
+    )
     grade.add_argument("--rubric", help="TOML file with weights and time limits")
     grade.add_argument("--json", action="store_true", help="print the report as JSON")
     grade.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
@@ -116,8 +138,53 @@ def _run_grade(args: argparse.Namespace) -> int:
     return _exit_code([report])
 
 
+def _similarity_threshold(args: argparse.Namespace) -> float:
+    threshold: float = DEFAULT_THRESHOLD if args.similar_above is None else args.similar_above
+    if not 0 <= threshold <= 1:
+        raise UsageError(
+            f"--similar-above must be between 0 and 1 (a share of fingerprints), got "
+            f"{threshold:g}. The default, {DEFAULT_THRESHOLD:.2f}, is above every independent "
+            "proxy measured."
+        )
+    return threshold
+
+
+def _roster_similarity(
+    args: argparse.Namespace, submissions: Sequence[Submission], threshold: float
+) -> tuple[dict[str, SimilarityRow], Path] | None:
+    """Each submission's closest matches, and the reference they were measured against; None
+    (said on stderr) when there is no reference to take the scaffold from."""
+    reference = Path(args.reference) if args.reference else DEFAULT_REFERENCE
+    if not reference.is_file():
+        if args.reference:
+            raise UsageError(
+                f"There is no reference solution at {reference}. Pass --reference the "
+                "instructor's proxy.py (the one with ### BEGIN SOLUTION regions)."
+            )
+        print(
+            f"Similarity not measured: no {DEFAULT_REFERENCE} here. Pass --reference PATH "
+            "(the instructor's proxy.py) to flag near-copies.",
+            file=sys.stderr,
+        )
+        return None
+    sources = {s.learner: s.path.read_text(encoding="utf-8", errors="replace") for s in submissions}
+    solution = reference.read_text(encoding="utf-8", errors="replace")
+    return compare_roster(sources, reference=solution, threshold=threshold), reference
+
+
+def _near_copy_note(row: SimilarityRow | None) -> str:
+    if row is None or row.near_copy is None:
+        return ""
+    against, match = row.near_copy
+    whom = "the reference" if against == "reference" else row.closest
+    return f"  {row.flag} of {whom} ({match.score:.2f})"
+
+
 def _grade_roster(args: argparse.Namespace, rubric: Rubric) -> int:
     submissions = find_submissions(args.roster)
+    threshold = _similarity_threshold(args)
+    measured = _roster_similarity(args, submissions, threshold)
+    similar = {} if measured is None else measured[0]
     out = Path(args.out)
     feedback_dir, json_dir = out / "feedback", out / "reports"
     feedback_dir.mkdir(parents=True, exist_ok=True)
@@ -142,15 +209,25 @@ def _grade_roster(args: argparse.Namespace, rubric: Rubric) -> int:
         writer = csv.DictWriter(handle, fieldnames=list(CSV_FIELDS))
         writer.writeheader()
         for report in reports:
-            writer.writerow(csv_row(report))
+            writer.writerow(csv_row(report, similar.get(report.name)))
     for report in reports:
-        (feedback_dir / f"{report.name}.md").write_text(feedback_markdown(report))
+        feedback = feedback_markdown(report, similar.get(report.name))
+        (feedback_dir / f"{report.name}.md").write_text(feedback)
         (json_dir / f"{report.name}.json").write_text(json.dumps(report.to_json(), indent=2))
+    if measured is not None:
+        (out / "similarity.md").write_text(similarity_markdown(similar, reference=str(measured[1])))
     width = max(len(r.name) for r in reports)
     for report in reports:
         problem = f"  [{report.problem.kind}]" if report.problem else ""
-        print(f"{report.name:<{width}}  {report.score:g}/{report.max_score:g}{problem}")
+        note = _near_copy_note(similar.get(report.name))
+        print(f"{report.name:<{width}}  {report.score:g}/{report.max_score:g}{problem}{note}")
     print(f"Wrote {out / 'grades.csv'} and {len(reports)} feedback files in {feedback_dir}")
+    if measured is not None:
+        flagged = sum(bool(row.flag) for row in similar.values())
+        print(
+            f"Similarity: {flagged} of {len(reports)} flagged above {threshold:.2f} in "
+            f"{out / 'similarity.md'} (shown to you, not scored)"
+        )
     return _exit_code(reports)
 
 

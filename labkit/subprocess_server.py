@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +74,12 @@ class SubprocessServer(ServerHandle):
         port: int = 0,
         start_timeout: float = DEFAULT_SUBPROCESS_START_TIMEOUT,
         inherit_env: bool = True,
+        wrap: Callable[[list[str], Path], list[str]] | None = None,
     ) -> None:
         self.target = resolve_target(target, cwd)
+        # ``wrap(command, own_dir)`` returns the command that runs it (a sandbox around it);
+        # ``own_dir`` holds the child's ready file and must stay writable for it.
+        self.wrap = wrap
         self.name = name
         self.host = host
         self.port = port
@@ -134,8 +138,11 @@ class SubprocessServer(ServerHandle):
             "--ready-file",
             str(ready_file),
             "--parent-pid",
-            str(os.getpid()),
+            # A sandbox kills the child when we die (and hides our pid from it): no watching.
+            "0" if self.wrap is not None else str(os.getpid()),
         ]
+        if self.wrap is not None:
+            command = self.wrap(command, self._dir)
         inherited = dict(os.environ) if self.inherit_env else {}
         env = {**inherited, **self.env, "PYTHONUNBUFFERED": "1"}
         with (

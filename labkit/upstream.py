@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from labkit.capture import shared_ssl_context
 from labkit.errors import MockUpstreamError
 from labkit.handles import ServerHandle
+from mock_upstream import DEBUG_TOKEN_HEADER
 
 __all__ = ["MockUpstream"]
 
@@ -30,8 +31,11 @@ _TIMEOUT = httpx.Timeout(5.0)
 class MockUpstream:
     """A client for a mock upstream's ``/debug/requests``, ``/debug/reset`` and ``/metrics``."""
 
-    def __init__(self, url: str | ServerHandle) -> None:
+    def __init__(self, url: str | ServerHandle, *, token: str | None = None) -> None:
         self.url = (url.url if isinstance(url, ServerHandle) else url).rstrip("/")
+        # A mock started with a debug token (the grader's) answers its debug routes only to
+        # requests that carry it; learner code never sees it.
+        self.headers = {DEBUG_TOKEN_HEADER: token} if token else {}
 
     def __repr__(self) -> str:
         return f"MockUpstream({self.url!r})"
@@ -42,7 +46,9 @@ class MockUpstream:
     def _request(self, method: str, path: str) -> httpx.Response:
         url = self.url + path
         try:
-            response = httpx.request(method, url, timeout=_TIMEOUT, verify=shared_ssl_context())
+            response = httpx.request(
+                method, url, headers=self.headers, timeout=_TIMEOUT, verify=shared_ssl_context()
+            )
         except httpx.TransportError as exc:
             raise MockUpstreamError(
                 url=url, expected="a response", got=f"{type(exc).__name__}: {exc}"

@@ -7,20 +7,27 @@ keep separate records and metrics.
 
 from __future__ import annotations
 
+import hmac
 from typing import Any, Final
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mock_upstream import anthropic_messages, openai_chat, openai_responses
-from mock_upstream.errors import install_handlers
+from mock_upstream.errors import ApiError, install_handlers
 from mock_upstream.exchange import ApiSpec, MockState, answer
 from mock_upstream.records import Recorder
 from mock_upstream.scenario import Scenario
 from mock_upstream.stream import quiet_intended_drops
 
 MODELS: Final = ("mock-gpt", "mock-gpt-mini", "mock-claude")
+#: With ``create_app(debug_token=...)`` the records, reset and metrics routes answer only
+#: requests that carry the token in this header: a proxy under test cannot read the mock's
+#: counts instead of parsing its stream.
+DEBUG_TOKEN_HEADER: Final = "X-Mock-Debug-Token"
+#: Where a served mock (the grader's, ``mock-upstream``) takes its debug token from.
+DEBUG_TOKEN_ENV: Final = "MOCK_DEBUG_TOKEN"
 
 CHAT: Final = ApiSpec(
     "chat",
@@ -45,8 +52,25 @@ MESSAGES: Final = ApiSpec(
 )
 
 
-def create_app(defaults: Scenario | None = None) -> FastAPI:
-    """A new mock upstream app; ``defaults`` is the scenario every request starts from."""
+def create_app(defaults: Scenario | None = None, *, debug_token: str | None = None) -> FastAPI:
+    """A new mock upstream app; ``defaults`` is the scenario every request starts from.
+
+    ``debug_token`` keeps ``/debug/*`` and ``/metrics`` to clients that send it in
+    ``X-Mock-Debug-Token`` (others get a 403 in OpenAI's error shape)."""
+
+    def debug_access(request: Request) -> None:
+        if debug_token is None:
+            return
+        given = request.headers.get(DEBUG_TOKEN_HEADER, "")
+        if not hmac.compare_digest(given.encode(), debug_token.encode()):
+            raise ApiError(
+                403,
+                "The mock's records and metrics are for the grader only: send the debug token "
+                f"in {DEBUG_TOKEN_HEADER}. A proxy takes its counts from the stream.",
+                kind="permission_error",
+                code="debug_token_required",
+            )
+
     app = FastAPI(
         title="mock-upstream",
         summary="A deterministic, paced, fault-injectable mock LLM server.",
@@ -82,17 +106,17 @@ def create_app(defaults: Scenario | None = None) -> FastAPI:
             ],
         }
 
-    @app.get("/metrics")
+    @app.get("/metrics", dependencies=[Depends(debug_access)])
     async def metrics(request: Request) -> Response:
         recorder: Recorder = request.app.state.mock.recorder
         return Response(recorder.exposition(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/debug/requests")
+    @app.get("/debug/requests", dependencies=[Depends(debug_access)])
     async def debug_requests(request: Request) -> JSONResponse:
         recorder: Recorder = request.app.state.mock.recorder
         return JSONResponse([r.to_json() for r in recorder.records()])
 
-    @app.post("/debug/reset")
+    @app.post("/debug/reset", dependencies=[Depends(debug_access)])
     async def debug_reset(request: Request) -> dict[str, Any]:
         recorder: Recorder = request.app.state.mock.recorder
         recorder.reset()

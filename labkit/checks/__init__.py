@@ -12,6 +12,12 @@ names the notebook step teaching the fix::
 Ids: trickle, cancel, cancel_before_first_token, usage, midstream_error, upstream_status,
 long_stream, keepalive, concurrency, backpressure. Each check's module docstring describes its
 experiment and why a correct and a broken proxy land far apart.
+
+Verdicts depend on the property, not on the grader's speed: counts of tokens, states and ratios
+of the experiment's own times where possible, and wide margins where a time is the measure. A
+check that cannot decide because the machine is too slow (``concurrency``, ``backpressure``) is
+*inconclusive*: skipped, so never a FAIL, with the measured reason in its evidence (see
+``labkit.checks.result``). Below one CPU the time budgets stretch (``labkit.checks.machine``).
 """
 
 from labkit.checks.catalogue import CHECK_IDS, CHECKS, LANES, Check

@@ -1,13 +1,19 @@
 """``cancel`` and ``cancel_before_first_token``: a client that leaves stops the upstream.
 
 ``cancel``: a 20 s generation (20 tokens/s); the client hangs up after 1.2 s. Pass: the mock
-records the request as ``cancelled`` within 0.5 s of the hang-up (a proxy that cancels needs a
-few ms, one token interval at most; one that does not leaves it running for another ~19 s).
+records the request as ``cancelled`` within MAX_STOP_S (1 s) of the hang-up. A proxy that
+cancels needs a few ms, one token interval at most (tens of ms on half a CPU, a few hundred
+for a proxy that blocks its event loop); one that does not leaves the upstream running for
+another ~19 s.
 
 ``cancel_before_first_token``: the first token takes 1.5 s; the client hangs up after 0.4 s.
-Pass: the mock records ``cancelled`` within 0.5 s and never produced a token. A proxy that
-waits for the upstream's first byte before it returns its response (outside the body, where
-Starlette does not watch for a disconnect) only notices at the first token, 1.1 s too late.
+Pass: the mock records ``cancelled`` within MAX_STOP_S and never produced a token. The token
+count is the robust half: a proxy that waits for the upstream's first byte before it returns
+its response (outside the body, where Starlette does not watch for a disconnect) only notices
+the hang-up at the first token, 1.1 s too late, so the upstream has made that token, whatever
+the machine's speed. (Only if the proxy sends a heartbeat before the first token does the late
+notice come earlier; then the time bound catches it.) The first token stays due before the
+reference's first heartbeat (2 s) for that reason.
 
 Both disconnect on a timer rather than after N tokens, so a buffering proxy is judged on
 cancellation alone.
@@ -20,8 +26,8 @@ from labkit.checks.context import CheckContext, Outcome, Record, chat_body, fini
 from labkit.checks.result import CheckResult
 
 STEP = "04_cancel_on_disconnect"
-MAX_STOP_S = 0.5  # from the client's hang-up to the upstream's stop
-WAIT_S = 1.5  # how long we watch the record after the hang-up
+MAX_STOP_S = 1.0  # from the client's hang-up to the upstream's stop
+WAIT_S = 2.0  # how long we watch the record after the hang-up
 
 CANCEL_SEED = 4201
 CANCEL_SCENARIO = {"ttft_ms": 200, "tps": 20, "tokens": 400}

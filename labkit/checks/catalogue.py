@@ -104,14 +104,14 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "concurrency",
         concurrency.check_concurrency,
-        10.0,
+        22.0,
         "many concurrent streams all get through",
         concurrency.STEP,
     ),
     Check(
         "backpressure",
         backpressure.check_backpressure,
-        12.0,
+        25.0,
         "a slow reader does not grow the proxy memory",
         backpressure.STEP,
     ),

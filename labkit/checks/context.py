@@ -15,13 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.checks.result import CheckResult, Evidence
+from labkit.checks.result import INCONCLUSIVE, CheckResult, Evidence
 from labkit.upstream import MockUpstream
 
 __all__ = ["CheckContext", "Outcome", "Record", "chat_body", "finished", "ms"]
 
 Record = dict[str, Any]
 POLL_S = 0.05
+INCONCLUSIVE_ADVICE = (
+    "the grader's machine was too slow for this experiment, so it was left out of the score: "
+    "grade again on a machine (or container) with at least one full CPU."
+)
 PROMPT = "Tell me how a streaming proxy keeps tokens flowing."
 
 
@@ -52,12 +56,13 @@ class CheckContext:
     upstream_url: str
     usage_log: Path | None = None
     proxy_pid: int | None = None
+    upstream_token: str | None = None  # the mock's debug token, if it keeps its records secret
     started_at: float = field(default_factory=time.time)
 
     def __post_init__(self) -> None:
         self.proxy_url = self.proxy_url.rstrip("/")
         self.upstream_url = self.upstream_url.rstrip("/")
-        self.mock = MockUpstream(self.upstream_url)
+        self.mock = MockUpstream(self.upstream_url, token=self.upstream_token)
 
     @property
     def chat_url(self) -> str:
@@ -114,6 +119,16 @@ class Outcome:
 
     def skipped(self, verdict: str, advice: str) -> CheckResult:
         return CheckResult(self.id, False, verdict, {}, advice, skipped=True)
+
+    def inconclusive(
+        self, verdict: str, reason: str, evidence: Evidence, advice: str = ""
+    ) -> CheckResult:
+        """Run, but not decided: the machine was too slow. Left out of the score like a skip;
+        ``reason`` (measured numbers welcome) goes first in the evidence."""
+        assert verdict.startswith("inconclusive:"), verdict
+        hint = advice or INCONCLUSIVE_ADVICE
+        evidence = {INCONCLUSIVE: reason, **_rounded(evidence)}
+        return CheckResult(self.id, False, verdict, evidence, hint, skipped=True)
 
 
 def _rounded(evidence: Evidence) -> Mapping[str, float | int | str | bool | None]:

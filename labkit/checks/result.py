@@ -3,6 +3,13 @@
 The verdict is what notebooks print and nbval compares, so it never contains a measured number
 (or any digit at all); the numbers go in ``evidence``. The hint names the notebook step that
 teaches the fix.
+
+A check that could not decide because the machine was too slow to run its experiment (not
+because of anything the proxy did) is *inconclusive*: a skipped result whose evidence holds the
+measured reason under ``INCONCLUSIVE`` (``"inconclusive"``). Like any skipped check it is left
+out of the score, so it never costs a point; unlike ``usage`` without a log it says why, and its
+verdict starts with ``inconclusive:``. It stays ``status == "skipped"`` on the wire so that a
+report read back from JSON keeps it out of the score too.
 """
 
 from __future__ import annotations
@@ -11,12 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["CheckResult", "Evidence", "Status"]
+__all__ = ["INCONCLUSIVE", "CheckResult", "Evidence", "Status"]
 
 Evidence = Mapping[str, float | int | str | bool | None]
 Status = Literal["passed", "failed", "skipped"]
 
 _MARKS: Mapping[Status, str] = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
+INCONCLUSIVE = "inconclusive"  # the evidence key holding an inconclusive result's reason
 
 
 @dataclass(frozen=True)
@@ -24,7 +32,8 @@ class CheckResult:
     """The outcome of one check against one proxy.
 
     ``passed`` is False for a skipped check too; ``skipped`` says it was not run (for example
-    ``usage`` without a usage log), and graders leave it out of the score.
+    ``usage`` without a usage log), and graders leave it out of the score. ``inconclusive``
+    is a skipped result that ran but could not decide (see the module docstring).
     """
 
     id: str
@@ -33,6 +42,11 @@ class CheckResult:
     evidence: Evidence = field(default_factory=dict)
     hint: str = ""
     skipped: bool = False
+
+    @property
+    def inconclusive(self) -> bool:
+        """Run, but the machine was too slow to decide; the reason is in the evidence."""
+        return self.skipped and bool(self.evidence.get(INCONCLUSIVE))
 
     @property
     def status(self) -> Status:

@@ -2,30 +2,60 @@
 
 Every check gets its time budget; a check that runs out of it, or cannot reach the proxy, or
 trips over something unexpected, still returns a failed ``CheckResult`` with a plain verdict:
-running checks never raises because of what the proxy did.
+running checks never raises because of what the proxy did. Budgets only guard against a proxy
+that never answers; below one CPU (a small container) they are stretched by
+``machine.budget_scale()`` (twice as long at half a CPU), so a slow machine is not mistaken for
+a proxy that stopped answering.
+
+The ``backpressure`` lane drives its upstream flat out. With a mock of its own (the grader's
+way: one ``arun_checks`` per lane, side by side in one event loop) it may run beside the other
+lanes on a machine with cores to spare; below ALONE_BELOW_CPUS it waits until every other lane
+in this event loop has finished, so its full-speed mock does not take the CPU away from the
+timed experiments (on half a CPU it stretched their probes and heartbeats by seconds).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 
 from labkit.checks.catalogue import BY_ID, SOLO_LANE, Check, lanes_for, select
 from labkit.checks.context import CheckContext
+from labkit.checks.machine import budget_scale, cpu_limit
 from labkit.checks.result import CheckResult
 from labkit.errors import CaptureError
 
 __all__ = ["arun_checks", "run_checks"]
 
 REACH_STEP = "02_forwarding_proxy"
+ALONE_BELOW_CPUS = 2.0  # on fewer CPUs, the flat-out lane runs after the others
+
+# Lanes of checks running in each event loop (not the solo lane), as futures set when done.
+_BUSY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[None]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _busy() -> set[asyncio.Future[None]]:
+    return _BUSY.setdefault(asyncio.get_running_loop(), set())
+
+
+async def _after_the_others() -> None:
+    """Wait until no other lane of checks is running in this event loop."""
+    await asyncio.sleep(0)  # lanes started together with this one register first
+    while pending := [f for f in _busy() if not f.done()]:
+        await asyncio.wait(pending)
 
 
 async def run_one(check: Check, ctx: CheckContext) -> CheckResult:
     """Run one check within its budget; turn anything unexpected into a failed result."""
+    scale = budget_scale()
+    budget_s = check.budget_s * scale
     try:
-        async with asyncio.timeout(check.budget_s) as budget:
+        async with asyncio.timeout(budget_s) as budget:
             return await check.run(ctx)
     except TimeoutError:
         if not budget.expired():
@@ -34,7 +64,7 @@ async def run_one(check: Check, ctx: CheckContext) -> CheckResult:
             check.id,
             False,
             "the check ran out of time: the proxy stopped answering",
-            {"budget_s": check.budget_s},
+            {"budget_s": budget_s} if scale == 1 else {"budget_s": budget_s, "cpus": cpu_limit()},
             f"{check.step}: make sure every request gets a response and every stream ends "
             "(heartbeats alone never end a stream).",
         )
@@ -63,13 +93,15 @@ async def arun_checks(
     usage_log: str | Path | None = None,
     only: str | Iterable[str] | None = None,
     proxy_pid: int | None = None,
+    upstream_token: str | None = None,
 ) -> list[CheckResult]:
     """Run the checks (all, or ``only`` these ids) against the proxy at ``proxy_url``.
 
     ``upstream_url`` is the mock upstream the proxy forwards to (the checks read its records).
     ``usage_log`` is the file the proxy appends usage lines to (``usage`` is skipped without
     it); ``proxy_pid`` the process serving the proxy (``backpressure`` then reports its memory).
-    Lanes of checks run side by side, ``backpressure`` last. Results come in catalogue order.
+    Lanes of checks run side by side, ``backpressure`` last (and, below ALONE_BELOW_CPUS, only
+    once no other lane runs in this event loop). Results come in catalogue order.
     """
     ids = select(only)
     ctx = CheckContext(
@@ -77,6 +109,7 @@ async def arun_checks(
         upstream_url,
         usage_log=None if usage_log is None else Path(usage_log),
         proxy_pid=proxy_pid,
+        upstream_token=upstream_token,
     )
     results: dict[str, CheckResult] = {}
 
@@ -85,8 +118,18 @@ async def arun_checks(
             results[check_id] = await run_one(BY_ID[check_id], ctx)
 
     lanes = lanes_for(ids)
-    await asyncio.gather(*(run_lane(lane) for lane in lanes if lane != SOLO_LANE))
+    others = [lane for lane in lanes if lane != SOLO_LANE]
+    if others:
+        running = asyncio.get_running_loop().create_future()
+        _busy().add(running)
+        try:
+            await asyncio.gather(*(run_lane(lane) for lane in others))
+        finally:
+            running.set_result(None)
+            _busy().discard(running)
     if SOLO_LANE in lanes:  # its upstream runs flat out: alone, so it slows nobody down
+        if cpu_limit() < ALONE_BELOW_CPUS:
+            await _after_the_others()
         await run_lane(SOLO_LANE)
     return [results[i] for i in ids]
 

@@ -4,9 +4,11 @@ Experiment: about 2 s of tokens (first token after 0.2 s, then 20 tokens/s). For
 event the client notes its arrival; the mock notes when it produced its first and last token.
 A forwarding proxy delivers the first token within milliseconds of its production and spreads
 the rest over the same ~2 s; a buffering one delivers everything after the upstream finished.
-Pass: the first token arrives within a quarter of the generation time after the upstream made
-it (~0.5 s; a trickling proxy needs a few ms) and the client's tokens span at least half of the
-upstream's generation time (a buffering proxy spans a few ms).
+Pass: the first token arrives within half the generation time after the upstream made it
+(~1 s; a trickling proxy needs a few ms, a couple of hundred on half a CPU, a buffering one the
+whole generation) and the client's tokens span at least half of the upstream's generation time
+(a trickling proxy spans all of it, a buffering one a few ms). Both are ratios of the
+upstream's own generation time, so a slow machine moves neither much.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ ID = "trickle"
 STEP = "02_forwarding_proxy"
 SEED = 4101
 SCENARIO = {"ttft_ms": 200, "tps": 20, "tokens": 40}
-MAX_FIRST_LAG = 0.25  # of the upstream's generation time
+MAX_FIRST_LAG = 0.5  # of the upstream's generation time
 MIN_SPREAD = 0.5  # of the upstream's generation time
 
 result = Outcome(ID, STEP)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -25,13 +26,15 @@ from labkit.checks import CheckResult, arun_checks
 from labkit.checks.catalogue import BY_ID, SOLO_LANE, lanes_for, select
 from labkit.checks.context import chat_body
 from labkit.errors import CaptureError
+from labkit.grading.isolation import Isolation, choose
 from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.rubric import Rubric
-from labkit.grading.sandbox import problem_from, start_proxy
+from labkit.grading.sandbox import SandboxedProxy, problem_from, start_proxy
 from labkit.handles import ServerHandle
 from labkit.regions import Unwritten, unwritten
 from labkit.servers import serve_subprocess
 from labkit.subprocess_server import SubprocessServer
+from mock_upstream import DEBUG_TOKEN_ENV
 
 __all__ = ["PREFLIGHT_S", "UPSTREAM_TARGET", "agrade_file", "agrade_url", "unwritten_results"]
 
@@ -121,9 +124,17 @@ async def agrade_file(
     report_name = name or source.name
     started = time.monotonic()
 
+    isolation: Isolation | None = None
+
     def report(results: list[CheckResult], problem: Problem | None = None) -> SubmissionReport:
         return SubmissionReport(
-            report_name, str(source), results, rubric, problem, time.monotonic() - started
+            report_name,
+            str(source),
+            results,
+            rubric,
+            problem,
+            time.monotonic() - started,
+            isolation="" if isolation is None else isolation.describe(),
         )
 
     if not await asyncio.to_thread(source.is_file):
@@ -139,10 +150,11 @@ async def agrade_file(
         return report([results[i] for i in ids])
     servers: list[ServerHandle] = []
     problem: Problem | None
+    isolation = await asyncio.to_thread(choose)
     sandbox = Path(tempfile.mkdtemp(prefix="labkit-grade-"))
     try:
         async with asyncio.timeout(rubric.submission_timeout_s):
-            problem = await _run_lanes(source, sandbox, to_run, servers, results)
+            problem = await _run_lanes(source, sandbox, to_run, servers, results, isolation)
     except TimeoutError:
         problem = Problem(
             "submission_timeout",
@@ -167,15 +179,18 @@ async def _run_lanes(
     ids: tuple[str, ...],
     servers: list[ServerHandle],
     results: dict[str, CheckResult],
+    isolation: Isolation,
 ) -> Problem | None:
     """Start mocks and proxies, check the proxy answers, run the lanes. Fills ``results``."""
     submission = sandbox / "proxy.py"
     shutil.copyfile(source, submission)
     lanes = lanes_for(ids)
 
+    token = secrets.token_urlsafe(24)
+    mock_env = {DEBUG_TOKEN_ENV: token}
     mocks = await asyncio.gather(
-        asyncio.to_thread(serve_subprocess, UPSTREAM_TARGET, cwd=sandbox),
-        asyncio.to_thread(serve_subprocess, UPSTREAM_TARGET, cwd=sandbox),
+        asyncio.to_thread(serve_subprocess, UPSTREAM_TARGET, cwd=sandbox, env=mock_env),
+        asyncio.to_thread(serve_subprocess, UPSTREAM_TARGET, cwd=sandbox, env=mock_env),
         return_exceptions=True,
     )
     servers.extend(m for m in mocks if isinstance(m, SubprocessServer))
@@ -187,10 +202,14 @@ async def _run_lanes(
     def upstream_for(lane: tuple[str, ...]) -> SubprocessServer:
         return solo_mock if lane == SOLO_LANE else shared_mock
 
-    def start(n: int, lane: tuple[str, ...]) -> SubprocessServer:
+    def start(n: int, lane: tuple[str, ...]) -> SandboxedProxy:
         log = sandbox / f"usage-{n}.jsonl"
         return start_proxy(
-            submission, upstream_url=upstream_for(lane).url, usage_log=log, cwd=sandbox
+            submission,
+            upstream_url=upstream_for(lane).url,
+            usage_log=log,
+            cwd=sandbox,
+            isolation=isolation,
         )
 
     # One proxy first: a submission that spins at import or never answers then costs one
@@ -207,23 +226,31 @@ async def _run_lanes(
         *(asyncio.to_thread(start, n, lane) for n, lane in enumerate(lanes) if n > 0),
         return_exceptions=True,
     )
-    proxies += [p for p in started if isinstance(p, SubprocessServer)]
+    proxies += [p for p in started if isinstance(p, SandboxedProxy)]
     servers.extend(proxies[1:])
     failures = [p for p in started if isinstance(p, BaseException)]
     if failures:
         return problem_from(failures[0], source.name)
 
-    async def run_lane(n: int, lane: tuple[str, ...], proxy: SubprocessServer) -> None:
+    async def run_lane(n: int, lane: tuple[str, ...], proxy: SandboxedProxy) -> None:
         for result in await arun_checks(
             proxy.url,
             upstream_url=upstream_for(lane).url,
             usage_log=sandbox / f"usage-{n}.jsonl",
             only=lane,
-            proxy_pid=proxy.pid,
+            proxy_pid=proxy.server_pid,
+            upstream_token=token,
         ):
             results[result.id] = result
 
     await asyncio.gather(*(run_lane(n, lane, proxies[n]) for n, lane in enumerate(lanes)))
+    if any(proxy.memory_exceeded() for proxy in proxies):
+        limit = isolation.limits.memory_bytes // (1024 * 1024)
+        return Problem(
+            "memory_limit",
+            f"the proxy was stopped: it held more than {limit} MiB of memory (the limit for "
+            "one proxy process). Keep what it holds bounded, then grade again.",
+        )
     return None
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from labkit.checks import CHECK_IDS, CHECKS, CheckResult
 from labkit.grading.rubric import Rubric
+from labkit.grading.similarity import SimilarityRow
 
 __all__ = [
     "CSV_FIELDS",
@@ -45,6 +46,7 @@ class SubmissionReport:
     rubric: Rubric
     problem: Problem | None = None
     elapsed_s: float = 0.0
+    isolation: str = ""  # where the learner's code ran (labkit.grading.isolation)
     points: dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -89,6 +91,7 @@ class SubmissionReport:
                 "details": self.problem.details,
             },
             "elapsed_s": round(self.elapsed_s, 2),
+            "isolation": self.isolation,
             "checks": {
                 r.id: {**r.to_json(), "points": round(self.points.get(r.id, 0.0), 2)}
                 for r in self.results
@@ -116,6 +119,7 @@ class SubmissionReport:
             rubric=rubric,
             problem=None if problem is None else Problem(**problem),
             elapsed_s=float(data.get("elapsed_s", 0.0)),
+            isolation=str(data.get("isolation", "")),
         )
 
 
@@ -130,6 +134,8 @@ def _evidence_text(result: CheckResult) -> str:
 def render_table(report: SubmissionReport, *, evidence: bool = True) -> str:
     """The terminal view: one line per check, then what was seen and what to change."""
     lines = [f"Grading {report.name}"]
+    if report.isolation:
+        lines.append(f"  ran in: {report.isolation}")
     if report.problem is not None:
         lines.append(f"  problem: {report.problem.message}")
     width = max(len(i) for i in CHECK_IDS)
@@ -147,8 +153,10 @@ def render_table(report: SubmissionReport, *, evidence: bool = True) -> str:
     return "\n".join(lines)
 
 
-def feedback_markdown(report: SubmissionReport) -> str:
-    """What a learner gets back: each failed check with what was observed and what to change."""
+def feedback_markdown(report: SubmissionReport, similarity: SimilarityRow | None = None) -> str:
+    """What a learner gets back: each failed check with what was observed and what to change,
+    and a neutral note if ``similarity`` flags the code as a near-copy (naming nobody: the
+    instructor's ``similarity.md`` says of what)."""
     lines = [
         f"# Feedback for {report.name}",
         "",
@@ -172,6 +180,17 @@ def feedback_markdown(report: SubmissionReport) -> str:
                 f"- **What to change**: {result.hint}",
                 "",
             ]
+    if similarity is not None and similarity.near_copy is not None:
+        against, match = similarity.near_copy
+        whom = {"reference": "the reference solution", "learner": "another submission"}[against]
+        lines += [
+            "## Similarity",
+            "",
+            f"Much of this code closely matches {whom} (similarity {match.score:.2f}, where 1 "
+            "means the same code once names, comments and layout are set aside). Your "
+            "instructor sees this note next to your grade; it does not change your score.",
+            "",
+        ]
     lines += ["## All checks", "", "| check | result | verdict |", "|---|---|---|"]
     for result in report.results:
         lines.append(f"| {result.id} | {result.status} | {result.verdict} |")
@@ -209,17 +228,39 @@ def gradescope_results(report: SubmissionReport) -> dict[str, Any]:
     return results
 
 
-CSV_FIELDS: Sequence[str] = ("learner", "file", "score", "max_score", *CHECK_IDS, "problem")
+SIMILARITY_FIELDS = (
+    "similar_to_reference",
+    "most_similar_learner",
+    "similarity",
+    "similarity_flag",
+)
+CSV_FIELDS: Sequence[str] = (
+    "learner",
+    "file",
+    "score",
+    "max_score",
+    *CHECK_IDS,
+    "problem",
+    *SIMILARITY_FIELDS,
+)
 
 
-def csv_row(report: SubmissionReport) -> dict[str, str]:
+def csv_row(report: SubmissionReport, similarity: SimilarityRow | None = None) -> dict[str, str]:
+    """One roster line; the similarity columns stay empty when ``similarity`` is None."""
     row = {
         "learner": report.name,
         "file": report.target,
         "score": _points(report.score),
         "max_score": _points(report.max_score),
         "problem": "" if report.problem is None else report.problem.kind,
+        **dict.fromkeys(SIMILARITY_FIELDS, ""),
     }
+    if similarity is not None:
+        to_reference, to_closest = similarity.to_reference, similarity.to_closest
+        row["similar_to_reference"] = "" if to_reference is None else f"{to_reference.score:.2f}"
+        row["most_similar_learner"] = similarity.closest or ""
+        row["similarity"] = "" if to_closest is None else f"{to_closest.score:.2f}"
+        row["similarity_flag"] = similarity.flag
     for check_id in CHECK_IDS:
         result = report.result(check_id)
         row[check_id] = "" if result is None else result.status

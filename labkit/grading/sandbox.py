@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
+
+import psutil
 
 from labkit.errors import (
     AppStartupError,
@@ -20,11 +23,20 @@ from labkit.errors import (
     StartTimeoutError,
     TargetLoadError,
 )
+from labkit.grading.isolation import Cgroup, Isolation, choose
 from labkit.grading.report import Problem
-from labkit.servers import serve_subprocess
+from labkit.handles import registry
 from labkit.subprocess_server import SubprocessServer
 
-__all__ = ["KEPT_ENV", "PROXY_START_TIMEOUT_S", "clean_env", "problem_from", "start_proxy"]
+__all__ = [
+    "KEPT_ENV",
+    "PROXY_START_TIMEOUT_S",
+    "MemoryLimitExceeded",
+    "SandboxedProxy",
+    "clean_env",
+    "problem_from",
+    "start_proxy",
+]
 
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "SYSTEMROOT")
 PROXY_START_TIMEOUT_S = 8.0
@@ -46,25 +58,113 @@ def clean_env(
     return env
 
 
+class MemoryLimitExceeded(ServerStartError):
+    """The kernel stopped the proxy while it started: it held more memory than allowed."""
+
+    def __init__(self, *, name: str, limit_bytes: int) -> None:
+        super().__init__(
+            f"{name!r} was stopped while it started: it held more than "
+            f"{limit_bytes // (1024 * 1024)} MiB of memory.",
+            name=name,
+        )
+        self.limit_bytes = limit_bytes
+
+
+class SandboxedProxy(SubprocessServer):
+    """A submission's proxy in its sandbox; stopping it also empties and removes its cgroup."""
+
+    def __init__(self, *args: Any, cgroup: Cgroup | None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cgroup = cgroup
+
+    def memory_exceeded(self) -> bool:
+        return self.cgroup is not None and self.cgroup.memory_exceeded()
+
+    @property
+    def server_pid(self) -> int | None:
+        """The Python process that serves the app (inside the sandbox's wrappers), for
+        measuring its memory; the wrapper's own pid if it cannot be found."""
+        if self.process is None:
+            return None
+        try:
+            outer = psutil.Process(self.process.pid)
+            for process in [outer, *outer.children(recursive=True)]:
+                if "labkit._serve_child" in " ".join(process.cmdline()):
+                    return int(process.pid)
+        except psutil.Error:
+            pass
+        return self.process.pid
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        finally:
+            if self.cgroup is not None:
+                self.cgroup.remove()
+
+    def _kill(self) -> None:
+        try:
+            super()._kill()
+        finally:
+            if self.cgroup is not None:
+                self.cgroup.kill_all()
+
+
 def start_proxy(
-    submission: Path, *, upstream_url: str, usage_log: Path, cwd: Path
-) -> SubprocessServer:
-    """Serve ``submission``'s ``app`` in a child process with a clean environment.
+    submission: Path,
+    *,
+    upstream_url: str,
+    usage_log: Path,
+    cwd: Path,
+    isolation: Isolation | None = None,
+) -> SandboxedProxy:
+    """Serve ``submission``'s ``app`` in a child process with a clean environment, inside
+    ``isolation`` (default: the strongest this machine allows, see ``labkit.grading.isolation``).
 
     Raises ``ServerStartError`` (a subclass per way of failing; see ``problem_from``).
     """
+    isolation = isolation or choose()
     env = clean_env(cwd, {"UPSTREAM_URL": upstream_url, "USAGE_LOG": os.fspath(usage_log)})
-    return serve_subprocess(
+    cgroup = Cgroup.create(isolation.limits) if os.geteuid() == 0 else None
+    isolation.prepare([cwd])
+
+    def wrap(command: list[str], own_dir: Path) -> list[str]:
+        isolation.prepare([own_dir])
+        wrapped = isolation.wrap(command, cgroup=cgroup, writable=[cwd, own_dir])
+        return [*cgroup.join_prefix(), *wrapped] if cgroup is not None else wrapped
+
+    proxy = SandboxedProxy(
         os.fspath(submission),
+        name=registry.next_name("submission"),
         env=env,
         inherit_env=False,
         cwd=cwd,
         start_timeout=PROXY_START_TIMEOUT_S,
+        wrap=wrap,
+        cgroup=cgroup,
     )
+    try:
+        return cast(SandboxedProxy, proxy.start())
+    except BaseException as exc:
+        if cgroup is not None:
+            exceeded = cgroup.memory_exceeded()
+            cgroup.remove()
+            if exceeded and isinstance(exc, ServerStartError):
+                raise MemoryLimitExceeded(
+                    name=proxy.name, limit_bytes=isolation.limits.memory_bytes
+                ) from exc
+        raise
 
 
 def problem_from(exc: BaseException, file_name: str) -> Problem:
     """A plain account of why the proxy in ``file_name`` did not start, and what to do."""
+    if isinstance(exc, MemoryLimitExceeded):
+        limit = exc.limit_bytes // (1024 * 1024)
+        return Problem(
+            "memory_limit",
+            f"the proxy in {file_name} was stopped: it held more than {limit} MiB of memory "
+            f"while it started (the limit for one proxy process). {AGAIN}",
+        )
     if isinstance(exc, TargetLoadError):
         error = exc.error
         if error.startswith(("SyntaxError", "IndentationError", "TabError")):

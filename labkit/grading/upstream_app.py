@@ -2,11 +2,15 @@
 
 ``serve_subprocess("labkit.grading.upstream_app:app")`` gives each grading run a mock of its
 own, on its own CPU time: the checks' clients and a learner's proxy never share an event loop
-or a GIL with the mock whose clock they are measured against.
+or a GIL with the mock whose clock they are measured against. Its records, reset and metrics
+routes need the token in ``$MOCK_DEBUG_TOKEN``, which the grader makes per grading and gives only
+to its own checks: a submission cannot take the usage counts from the mock's books.
 """
 
 from __future__ import annotations
 
-from mock_upstream import create_app
+import os
 
-app = create_app()
+from mock_upstream import DEBUG_TOKEN_ENV, create_app
+
+app = create_app(debug_token=os.environ.get(DEBUG_TOKEN_ENV) or None)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -149,18 +151,34 @@ def test_notebook_outputs_hold_no_secret(path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # The grader: learner code sees no secrets and no other submission's files
 
+# The sandbox lets learner code write only into its own folder, so the spy reports what it saw
+# over loopback (which stays open: the grader reaches the proxy that way).
 SPY = """\
-import json as _json, os as _os, sys as _sys
-with open({dump!r}, "a", encoding="utf-8") as _out:
-    _out.write(_json.dumps({{
+import json as _json, os as _os, socket as _socket
+with _socket.create_connection(("127.0.0.1", {port}), timeout=5) as _out:
+    _out.sendall(_json.dumps({{
         "env": dict(_os.environ),
         "cwd": _os.getcwd(),
         "listing": sorted(_os.listdir(".")),
         "other": _os.path.exists({other!r}),
-    }}) + "\\n")
+    }}).encode() + b"\\n")
 print("ENVIRONMENT", dict(_os.environ))  # feedback must not carry this either
 
 """
+
+
+def _collect(server: socket.socket, into: list[str], stop: threading.Event) -> None:
+    server.settimeout(0.2)
+    while not stop.is_set():
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            continue
+        with conn:
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+        into.append(data.decode())
 
 
 @pytest.mark.slow
@@ -170,11 +188,15 @@ def test_grader_runs_learner_code_without_secrets_or_other_files(tmp_path: Path)
     theirs.mkdir()
     (mine / "notes.txt").write_text("alice's private notes")
     (theirs / "notes.txt").write_text(f"bob's notes {CANARY}")
-    dump = tmp_path / "spy.jsonl"
+    server = socket.create_server(("127.0.0.1", 0))
+    lines: list[str] = []
+    stop = threading.Event()
+    collector = threading.Thread(target=_collect, args=(server, lines, stop), daemon=True)
+    collector.start()
     reference = Path(solutions.proxy.__file__).read_text()
     future_import = "from __future__ import annotations\n"
     head, _, rest = reference.partition(future_import)
-    spy = SPY.format(dump=str(dump), other=str(theirs / "notes.txt"))
+    spy = SPY.format(port=server.getsockname()[1], other=str(theirs / "notes.txt"))
     (mine / "proxy.py").write_text(head + future_import + "\n" + spy + rest)
 
     env = {
@@ -203,7 +225,10 @@ def test_grader_runs_learner_code_without_secrets_or_other_files(tmp_path: Path)
     assert result.returncode in (0, 1), result.stderr[-2000:]
     assert CANARY not in result.stdout + result.stderr
 
-    runs = [json.loads(line) for line in dump.read_text().splitlines()]
+    stop.set()
+    collector.join()
+    server.close()
+    runs = [json.loads(line) for line in lines]
     assert runs, "the submission never ran"
     for run in runs:
         assert CANARY not in json.dumps(run["env"]), "a secret reached learner code"

@@ -1,0 +1,400 @@
+"""Grade inside a small container: a cgroup with Gradescope's default limits (0.5 vCPU, 768 MB).
+
+    python -m bench.small_container                      reference, aiohttp reference, every
+                                                         broken proxy; 3 runs each
+    python -m bench.small_container --runs 1 --only reference no_cancel
+    python -m bench.small_container --cpu 0.25 --memory-mb 512
+    python -m bench.small_container --jobs 2     two gradings at once, each in its own cgroup
+
+Each grading is one ``labkit grade FILE --json`` run with its process (and so the grader, the
+mocks and the proxies it starts) in a fresh cgroup: ``cpu.cfs_quota_us`` / ``cpu.max`` for the
+CPU share and ``memory.limit_in_bytes`` / ``memory.max`` for memory, cgroup v1 or v2. One
+submission at a time by default, as Gradescope grades one submission per container
+(``--jobs`` runs more at once, each in its own cgroup: keep jobs x cpu under the machine's
+cores). The table says, for each submission and run, which checks failed against which it
+should fail (``FAILS`` of its ``tests/grading/broken/*.py``; none for the references), and
+which were inconclusive; the evidence of every unexpected verdict is printed below it. Results go to
+``bench/results/small-container-<time>.json``.
+
+Needs root and a writable cgroup hierarchy (``Cgroup.create`` says why not otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PERIOD_US = 100_000
+REFERENCES = {
+    "reference": ROOT / "solutions" / "proxy.py",
+    "aiohttp-reference": ROOT / "solutions" / "aiohttp_proxy.py",
+}
+GRADE_TIMEOUT_S = 300.0
+
+
+class CgroupUnavailable(RuntimeError):
+    """No cgroup with limits can be made here; the message says why (for a skip reason)."""
+
+
+@dataclass
+class Cgroup:
+    """One cgroup (v1: a ``cpu`` and a ``memory`` directory; v2: one directory) with limits."""
+
+    version: int
+    dirs: tuple[Path, ...]
+
+    @classmethod
+    def create(cls, name: str, *, cpu: float, memory_mb: int) -> Cgroup:
+        """Make ``name`` with ``cpu`` CPUs and ``memory_mb`` MiB; raises ``CgroupUnavailable``."""
+        if os.geteuid() != 0:
+            raise CgroupUnavailable("creating a cgroup needs root")
+        quota = max(1000, round(cpu * PERIOD_US))
+        limit = memory_mb * 1024 * 1024
+        v1_cpu, v1_memory = CGROUP_ROOT / "cpu", CGROUP_ROOT / "memory"
+        if (v1_cpu / "cpu.cfs_quota_us").exists() and (
+            v1_memory / "memory.limit_in_bytes"
+        ).exists():
+            group = cls(1, (v1_cpu / name, v1_memory / name))
+            try:
+                for folder in group.dirs:
+                    folder.mkdir(exist_ok=True)
+                group._write(0, "cpu.cfs_period_us", str(PERIOD_US))
+                group._write(0, "cpu.cfs_quota_us", str(quota))
+                group._write(1, "memory.limit_in_bytes", str(limit))
+                with contextlib.suppress(OSError):  # no swap accounting: nothing to limit
+                    group._write(1, "memory.memsw.limit_in_bytes", str(limit))
+            except OSError as exc:
+                group.remove()
+                raise CgroupUnavailable(f"cgroup v1 limits could not be set: {exc}") from exc
+            return group
+        controllers = CGROUP_ROOT / "cgroup.controllers"
+        if controllers.exists():
+            available = controllers.read_text().split()
+            if not {"cpu", "memory"} <= set(available):
+                raise CgroupUnavailable(f"cgroup v2 without cpu and memory ({available})")
+            group = cls(2, (CGROUP_ROOT / name,))
+            try:
+                subtree = CGROUP_ROOT / "cgroup.subtree_control"
+                enabled = subtree.read_text().split()
+                for controller in ("cpu", "memory"):
+                    if controller not in enabled:
+                        subtree.write_text(f"+{controller}")
+                group.dirs[0].mkdir(exist_ok=True)
+                group._write(0, "cpu.max", f"{quota} {PERIOD_US}")
+                group._write(0, "memory.max", str(limit))
+                with contextlib.suppress(OSError):
+                    group._write(0, "memory.swap.max", "0")
+            except OSError as exc:
+                group.remove()
+                raise CgroupUnavailable(f"cgroup v2 limits could not be set: {exc}") from exc
+            return group
+        raise CgroupUnavailable(f"no cgroup v1 cpu+memory or v2 hierarchy under {CGROUP_ROOT}")
+
+    def _write(self, index: int, name: str, value: str) -> None:
+        (self.dirs[index] / name).write_text(value)
+
+    def _read(self, index: int, name: str) -> str | None:
+        try:
+            return (self.dirs[index] / name).read_text()
+        except OSError:
+            return None
+
+    def peak_memory_mb(self) -> float | None:
+        text = self._read(-1, "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak")
+        return None if text is None else int(text) / (1024 * 1024)
+
+    def throttled_s(self) -> float | None:
+        """Time the quota held the group back, so far."""
+        text = self._read(0, "cpu.stat")
+        if text is None:
+            return None
+        stats = dict(line.split() for line in text.splitlines() if line.strip())
+        if "throttled_time" in stats:  # v1, nanoseconds
+            return int(stats["throttled_time"]) / 1e9
+        if "throttled_usec" in stats:  # v2
+            return int(stats["throttled_usec"]) / 1e6
+        return None
+
+    def oom_kills(self) -> int:
+        text = self._read(-1, "memory.oom_control" if self.version == 1 else "memory.events")
+        for line in (text or "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return 0
+
+    def remove(self) -> None:
+        """Remove the cgroup; any process still in it is moved out first."""
+        for folder in self.dirs:
+            if not folder.exists():
+                continue
+            parent_procs = folder.parent / "cgroup.procs"
+            for _ in range(50):
+                with contextlib.suppress(OSError):
+                    for pid in (folder / "cgroup.procs").read_text().split():
+                        with contextlib.suppress(OSError):
+                            parent_procs.write_text(pid)
+                try:
+                    folder.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def small_cgroup(cpu: float = 0.5, memory_mb: int = 768) -> Iterator[Cgroup]:
+    group = Cgroup.create(f"labkit-small-{uuid.uuid4().hex[:8]}", cpu=cpu, memory_mb=memory_mb)
+    try:
+        yield group
+    finally:
+        group.remove()
+
+
+@dataclass
+class Grading:
+    """One ``labkit grade`` of one submission inside the cgroup."""
+
+    submission: str
+    run: int
+    expected: set[str]
+    failed: set[str] = field(default_factory=set)
+    inconclusive: set[str] = field(default_factory=set)
+    score: float | None = None
+    max_score: float | None = None
+    problem: str | None = None
+    elapsed_s: float = 0.0
+    peak_memory_mb: float | None = None
+    throttled_s: float | None = None
+    oom_kills: int = 0
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def as_expected(self) -> bool:
+        return self.problem is None and self.failed == self.expected
+
+    def unexpected(self) -> list[str]:
+        """The verdict and evidence of each check that went the wrong way (or was inconclusive)."""
+        lines = []
+        for check_id, check in self.report.get("checks", {}).items():
+            wrong = (check_id in self.failed) != (check_id in self.expected)
+            if wrong or check_id in self.inconclusive:
+                lines.append(
+                    f"    {check['status'].upper()} {check_id}: {check['verdict']} "
+                    f"{json.dumps(check['evidence'])}"
+                )
+        return lines
+
+
+def submissions(
+    folder: Path, only: Sequence[str] | None = None
+) -> dict[str, tuple[Path, set[str]]]:
+    """The references and every broken proxy (written into ``folder``), with expected failures."""
+    sys.path.insert(0, str(ROOT / "tests" / "grading"))
+    sys.path.insert(0, str(ROOT))
+    support = importlib.import_module("grading_support")  # tests/grading: the broken proxies
+
+    chosen: dict[str, tuple[Path, set[str]]] = {n: (p, set()) for n, p in REFERENCES.items()}
+    for name in support.VARIANTS:
+        if only is None or name in only:
+            chosen[name] = (support.write_variant(name, folder), support.expected_failures(name))
+    if only is not None:
+        chosen = {n: v for n, v in chosen.items() if n in only}
+        unknown = set(only) - set(chosen)
+        if unknown:
+            raise SystemExit(f"unknown submissions: {sorted(unknown)}")
+    return chosen
+
+
+def grade_in(group: Cgroup, path: Path, *, only: Sequence[str] | None = None) -> dict[str, Any]:
+    """``labkit grade PATH --json`` with its process in ``group``; the report as a dict.
+
+    A shell joins the cgroup and then execs the grader (rather than a ``preexec_fn``, which is
+    not safe when several gradings start from threads), so every process the grader starts is
+    in the cgroup from its first instruction.
+    """
+    command = [str(ROOT / ".venv" / "bin" / "labkit"), "grade", str(path), "--json"]
+    if only:
+        command += ["--only", *only]
+    join = "; ".join(f'echo $$ > "{folder / "cgroup.procs"}"' for folder in group.dirs)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        ["sh", "-c", f'{join}; exec "$@"', "sh", *command],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=GRADE_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"labkit grade exited {done.returncode}: {done.stderr[-2000:]}")
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def grade_once(
+    name: str, path: Path, expected: set[str], run: int, *, cpu: float, memory_mb: int
+) -> Grading:
+    """Grade ``path`` once in a cgroup of its own (so its peak memory is its own)."""
+    with small_cgroup(cpu, memory_mb) as group:
+        started = time.monotonic()
+        report = grade_in(group, path)
+        grading = Grading(name, run, expected, elapsed_s=time.monotonic() - started, report=report)
+        grading.peak_memory_mb = group.peak_memory_mb()
+        grading.throttled_s = group.throttled_s()
+        grading.oom_kills = group.oom_kills()
+    checks = report.get("checks", {})
+    grading.failed = {i for i, c in checks.items() if c["status"] == "failed"}
+    grading.inconclusive = {
+        i
+        for i, c in checks.items()
+        if c["status"] == "skipped" and c["evidence"].get("inconclusive")
+    }
+    grading.score, grading.max_score = report.get("score"), report.get("max_score")
+    problem = report.get("problem")
+    grading.problem = None if problem is None else problem.get("kind")
+    return grading
+
+
+def grade_all(
+    chosen: dict[str, tuple[Path, set[str]]],
+    *,
+    runs: int = 1,
+    cpu: float = 0.5,
+    memory_mb: int = 768,
+    jobs: int = 1,
+    log: Callable[[str], None] | None = None,
+) -> list[Grading]:
+    """Every submission ``runs`` times, ``jobs`` gradings at once (each in its own cgroup)."""
+    work = [(run, name) for run in range(1, runs + 1) for name in chosen]
+
+    def one(item: tuple[int, str]) -> Grading:
+        run, name = item
+        path, expected = chosen[name]
+        grading = grade_once(name, path, expected, run, cpu=cpu, memory_mb=memory_mb)
+        if log is not None:
+            log(
+                f"run {run} {name}: {'ok' if grading.as_expected else 'NOT AS EXPECTED'} "
+                f"failed={sorted(grading.failed)} inconclusive={sorted(grading.inconclusive)} "
+                f"{grading.elapsed_s:.1f} s"
+            )
+        return grading
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(one, work))
+
+
+def render(gradings: Sequence[Grading]) -> str:
+    names = list(dict.fromkeys(g.submission for g in gradings))
+    width = max(len(n) for n in names)
+    lines = [f"{'submission':<{width}}  run  ok  score    failed (expected)  inconclusive  s  MB"]
+    for g in gradings:
+        failed = ",".join(sorted(g.failed)) or "-"
+        expected = ",".join(sorted(g.expected)) or "-"
+        score = f"{g.score:g}/{g.max_score:g}" if g.score is not None else "-"
+        lines.append(
+            f"{g.submission:<{width}}  {g.run:>3}  {'ok' if g.as_expected else 'NO'}  {score:<7}  "
+            f"{failed} ({expected})  {','.join(sorted(g.inconclusive)) or '-'}  "
+            f"{g.elapsed_s:.1f}  {g.peak_memory_mb or 0:.0f}"
+            + (f"  problem={g.problem}" if g.problem else "")
+        )
+    wrong = [g for g in gradings if not g.as_expected or g.inconclusive]
+    if wrong:
+        lines.append("")
+        lines.append("unexpected or inconclusive verdicts:")
+        for g in wrong:
+            lines.append(f"  {g.submission} run {g.run}:")
+            lines += g.unexpected()
+    good = sum(g.as_expected for g in gradings)
+    lines.append(f"\n{good} of {len(gradings)} gradings as expected")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.small_container")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cpu", type=float, default=0.5, help="CPUs (0.5 = 50000/100000)")
+    parser.add_argument("--memory-mb", type=int, default=768)
+    parser.add_argument("--only", nargs="+", help="submission names (reference, no_cancel, ...)")
+    parser.add_argument("--out", help="JSON results file (default bench/results/...)")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="gradings at once, each in its own cgroup (default 1)"
+    )
+    args = parser.parse_args(argv)
+
+    folder = Path(tempfile.mkdtemp(prefix="labkit-small-"))
+    try:
+        chosen = submissions(folder, args.only)
+        with small_cgroup(args.cpu, args.memory_mb) as group:  # fails early, with the reason
+            print(f"cgroup v{group.version}: {args.cpu:g} CPU, {args.memory_mb} MiB each")
+        gradings = grade_all(
+            chosen,
+            runs=args.runs,
+            cpu=args.cpu,
+            memory_mb=args.memory_mb,
+            jobs=args.jobs,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except CgroupUnavailable as exc:
+        print(f"small_container: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print(render(gradings))
+    out = (
+        Path(args.out)
+        if args.out
+        else RESULTS / f"small-container-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "cpu": args.cpu,
+                "memory_mb": args.memory_mb,
+                "gradings": [
+                    {
+                        "submission": g.submission,
+                        "run": g.run,
+                        "as_expected": g.as_expected,
+                        "failed": sorted(g.failed),
+                        "expected": sorted(g.expected),
+                        "inconclusive": sorted(g.inconclusive),
+                        "score": g.score,
+                        "problem": g.problem,
+                        "elapsed_s": round(g.elapsed_s, 2),
+                        "peak_memory_mb": g.peak_memory_mb,
+                        "throttled_s": g.throttled_s,
+                        "oom_kills": g.oom_kills,
+                        "report": g.report,
+                    }
+                    for g in gradings
+                ],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
+    print(f"results: {out}", file=sys.stderr)
+    return 0 if all(g.as_expected for g in gradings) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

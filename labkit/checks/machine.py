@@ -1,0 +1,99 @@
+"""How much CPU the grader may use here: the container's quota, read from its cgroup.
+
+Gradescope's default container has 0.5 vCPU (a CFS quota of 50 ms per 100 ms); a laptop has
+several cores. The checks judge properties in tokens, states and ratios wherever they can, but
+every check also has a time budget that only guards against a proxy that never answers, and
+on half a CPU everything takes about twice as long. ``budget_scale`` stretches those budgets
+below one CPU, so a slow machine never turns into "the proxy stopped answering".
+
+What grading does with less CPU, measured with the references and every broken proxy of
+``tests/grading/broken`` (``python -m bench.small_container``): from two CPUs up, nothing
+changes. Below two, the flat-out ``backpressure`` lane waits until the other lanes are done
+(``labkit.checks.runner``). Below one, budgets stretch by ``budget_scale`` and the
+``backpressure`` window by up to two; at half a CPU every verdict came out as on a big machine
+(42 of 42 gradings, 22-35 s each). A check that still cannot decide says ``inconclusive``
+rather than FAIL.
+
+``cpu_limit`` reads cgroup v2 (``cpu.max``) or v1 (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``)
+for this process's cgroup and every parent up to the root (the smallest quota wins), and the
+CPUs this process may run on. None of it needs privileges; anything unreadable counts as no
+limit.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+__all__ = ["MAX_BUDGET_SCALE", "budget_scale", "cpu_limit"]
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+MAX_BUDGET_SCALE = 4.0
+
+
+def _own_cgroups(text: str) -> dict[str, str]:
+    """``/proc/self/cgroup`` as {controller: path}; cgroup v2's line has the key ``""``."""
+    paths: dict[str, str] = {}
+    for line in text.splitlines():
+        _, controllers, path = [*line.split(":", 2), "", ""][:3]
+        for controller in controllers.split(","):
+            paths[controller] = path
+    return paths
+
+
+def _ancestors(root: Path, path: str) -> list[Path]:
+    parts = [p for p in path.split("/") if p]
+    return [root.joinpath(*parts[:n]) for n in range(len(parts), -1, -1)]
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except (OSError, ValueError):
+        return None
+
+
+def _quota_v2(folder: Path) -> float | None:
+    text = _read(folder / "cpu.max")
+    if not text:
+        return None
+    quota, _, period = text.partition(" ")
+    if quota == "max" or not period:
+        return None
+    return int(quota) / int(period)
+
+
+def _quota_v1(folder: Path) -> float | None:
+    quota, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
+    if quota is None or period is None or int(quota) <= 0 or int(period) <= 0:
+        return None
+    return int(quota) / int(period)
+
+
+def cpu_limit(proc_cgroup: str | None = None, root: Path = CGROUP_ROOT) -> float:
+    """The CPUs this process may use: the smallest cgroup quota above it, or its CPU count."""
+    try:
+        cpus = float(len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        cpus = float(os.cpu_count() or 1)
+    if proc_cgroup is None:
+        proc_cgroup = _read(Path("/proc/self/cgroup")) or ""
+    own = _own_cgroups(proc_cgroup)
+    quotas: list[float] = []
+    try:
+        if "" in own:
+            quotas += [q for f in _ancestors(root, own[""]) if (q := _quota_v2(f)) is not None]
+        if "cpu" in own:  # v1: ``cpu`` is mounted alone or as ``cpu,cpuacct`` (linked as ``cpu``)
+            base = root / "cpu"
+            quotas += [q for f in _ancestors(base, own["cpu"]) if (q := _quota_v1(f)) is not None]
+    except ValueError:  # a file with something other than numbers in it: no limit known
+        quotas = []
+    return min([cpus, *quotas])
+
+
+@functools.cache
+def budget_scale() -> float:
+    """How much longer than usual a check may take here: 1 from one CPU up, 2 at half a CPU,
+    at most MAX_BUDGET_SCALE."""
+    return min(MAX_BUDGET_SCALE, max(1.0, 1.0 / max(cpu_limit(), 1e-3)))

@@ -1,0 +1,316 @@
+"""Where a submission's code runs: a sandbox chosen by what the machine allows.
+
+Learner code is untrusted. Each proxy process the grader starts is wrapped, from the outside
+in, by:
+
+* ``sh -c 'echo $$ > cgroup.procs; exec ...'`` when a cgroup can be made (root, cgroup v1 or
+  v2): a memory limit (the kernel stops a proxy that holds more, and the grader reports it) and
+  a process limit, counted for this proxy alone;
+* ``bwrap`` (bubblewrap) when it works here: a new root that holds only the system, Python and
+  the lab's packages read-only, the submission's own folder writable, a private ``/tmp``, its own
+  PID namespace (every process it starts dies with it, new sessions included), and no view of
+  the instructor's files, other submissions or the grader's output;
+* ``setpriv`` to an unprivileged user when the grader runs as root;
+* ``prlimit``: file size, CPU seconds and (without a cgroup) the address space.
+
+Loopback networking is shared: the grader reaches the proxy and the proxy reaches the mock.
+
+Strategies are chosen by name, uvicorn-style: ``KINDS["bubblewrap"]``, ``KINDS["none"]``;
+``choose()`` picks the strongest that works and says why it could not do better. "none" still
+applies the limits it can and says plainly that learner code ran with the grader's rights.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import labkit
+import mock_upstream
+
+__all__ = [
+    "KINDS",
+    "Bubblewrap",
+    "Cgroup",
+    "Isolation",
+    "Kind",
+    "Limits",
+    "NoSandbox",
+    "choose",
+]
+
+Kind = Literal["bubblewrap", "none"]
+NOBODY = 65534
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one proxy process (with everything it starts) may use."""
+
+    memory_bytes: int = 384 * MIB
+    processes: int = 256
+    file_bytes: int = 64 * MIB
+    cpu_s: int = 300
+    # Without a cgroup, memory can only be capped as address space: Python's threads reserve
+    # far more than they use, so the cap is looser.
+    address_space_bytes: int = 2048 * MIB
+
+    def describe(self, *, cgroup: bool) -> str:
+        if cgroup:
+            return (
+                f"{self.memory_bytes // MIB} MiB memory, {self.processes} processes, "
+                f"{self.file_bytes // MIB} MiB per file, {self.cpu_s} s CPU"
+            )
+        return (
+            f"{self.address_space_bytes // MIB} MiB address space, "
+            f"{self.file_bytes // MIB} MiB per file, {self.cpu_s} s CPU"
+        )
+
+
+class Cgroup:
+    """A memory and pids cgroup (v1 or v2) for one proxy; ``None`` from ``create`` if none can
+    be made here."""
+
+    def __init__(self, dirs: dict[str, Path]) -> None:
+        self.dirs = dirs
+
+    @classmethod
+    def create(cls, limits: Limits) -> Cgroup | None:
+        name = f"labkit-{uuid.uuid4().hex[:12]}"
+        root = Path("/sys/fs/cgroup")
+        made: dict[str, Path] = {}
+        try:
+            if (root / "cgroup.controllers").exists():  # v2: one tree
+                path = root / name
+                path.mkdir()
+                made["unified"] = path
+                (path / "memory.max").write_text(str(limits.memory_bytes))
+                (path / "memory.swap.max").write_text("0")
+                (path / "pids.max").write_text(str(limits.processes))
+            else:  # v1: a tree per controller
+                for controller in ("memory", "pids"):
+                    path = root / controller / name
+                    path.mkdir()
+                    made[controller] = path
+                (made["memory"] / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
+                swap = made["memory"] / "memory.memsw.limit_in_bytes"
+                if swap.exists():
+                    swap.write_text(str(limits.memory_bytes))
+                (made["pids"] / "pids.max").write_text(str(limits.processes))
+        except OSError:
+            cls(made).remove()
+            return None
+        return cls(made)
+
+    def join_prefix(self) -> list[str]:
+        """A shell that moves itself into this cgroup, then ``exec``s the command after it."""
+        writes = "; ".join(f'echo $$ > "{d / "cgroup.procs"}"' for d in self.dirs.values())
+        return ["/bin/sh", "-c", f'{writes} && exec "$@"', "labkit-cgroup"]
+
+    def memory_exceeded(self) -> bool:
+        """Whether the kernel had to kill a process of this proxy for memory."""
+        events = [
+            self.dirs[key] / name
+            for key, name in (("unified", "memory.events"), ("memory", "memory.oom_control"))
+            if key in self.dirs
+        ]
+        for path in events:
+            try:
+                lines = path.read_text().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill" and value.strip().isdigit():
+                    return int(value) > 0
+        return False
+
+    def kill_all(self) -> None:
+        """SIGKILL whatever is still in the cgroup (a daemon that escaped its session)."""
+        for directory in self.dirs.values():
+            try:
+                pids = (directory / "cgroup.procs").read_text().split()
+            except OSError:
+                continue
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, PermissionError, ValueError):
+                    pass
+
+    def remove(self) -> None:
+        self.kill_all()
+        for directory in self.dirs.values():
+            for _ in range(50):
+                try:
+                    directory.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # processes still leaving
+                    time.sleep(0.02)
+
+
+class Isolation:
+    """The do-nothing base ("none"): limits through ``prlimit`` where it exists, no sandbox."""
+
+    kind: Kind = "none"
+
+    def __init__(self, limits: Limits, reason: str = "") -> None:
+        self.limits = limits
+        self.reason = reason
+
+    def describe(self) -> str:
+        return (
+            f"no sandbox ({self.reason}): learner code ran with the grader's own rights; "
+            f"limits: {self.limits.describe(cgroup=os.geteuid() == 0)}"
+        )
+
+    def prepare(self, folders: Iterable[Path]) -> None:
+        """Make ``folders`` (the submission's own) usable by the process that will run there."""
+
+    def wrap(
+        self, argv: list[str], *, cgroup: Cgroup | None, writable: Iterable[Path]
+    ) -> list[str]:
+        return self._limits(argv, cgroup=cgroup)
+
+    def _limits(self, argv: list[str], *, cgroup: Cgroup | None) -> list[str]:
+        prlimit = shutil.which("prlimit")
+        if prlimit is None:
+            return argv
+        limits = [
+            f"--fsize={self.limits.file_bytes}",
+            f"--cpu={self.limits.cpu_s}",
+            "--core=0",
+        ]
+        if cgroup is None:
+            limits.append(f"--as={self.limits.address_space_bytes}")
+        return [prlimit, *limits, "--", *argv]
+
+
+class NoSandbox(Isolation):
+    kind: Kind = "none"
+
+
+class Bubblewrap(Isolation):
+    """bubblewrap with an allow-list root, as root dropping to ``nobody``."""
+
+    kind: Kind = "bubblewrap"
+
+    def describe(self) -> str:
+        user = "an unprivileged user" if os.geteuid() == 0 else "the grader's user"
+        return (
+            "bubblewrap: a read-only system with only Python and the lab's packages, the "
+            f"submission's own folder, a private /tmp and PID namespace, {user}; limits: "
+            f"{self.limits.describe(cgroup=os.geteuid() == 0)}"
+        )
+
+    def prepare(self, folders: Iterable[Path]) -> None:
+        if os.geteuid() == 0:
+            for folder in folders:
+                os.chown(folder, NOBODY, NOBODY)
+
+    def wrap(
+        self, argv: list[str], *, cgroup: Cgroup | None, writable: Iterable[Path]
+    ) -> list[str]:
+        bwrap = shutil.which("bwrap")
+        assert bwrap is not None
+        command = [
+            bwrap,
+            "--die-with-parent",
+            "--new-session",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+        ]
+        writable = list(writable)
+        # An import path that holds a writable folder (the worker's own home on sys.path) would
+        # cover it with the real, private directory: leave such paths out.
+        python = [
+            p
+            for p in _python_paths()
+            if not any(Path(p) == f or Path(p) in f.parents for f in map(Path, writable))
+        ]
+        readonly = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", *python]
+        binds = [(path, "--ro-bind-try") for path in readonly if os.path.exists(path)]
+        binds += [(str(folder), "--bind") for folder in writable]
+        # bwrap makes missing parents 0700, which the unprivileged user could not cross
+        parents = {str(p) for path, _ in binds for p in Path(path).parents if str(p) != "/"}
+        for parent in sorted(parents, key=lambda p: (p.count("/"), p)):
+            command += ["--perms", "0755", "--dir", parent]
+        for path, flag in sorted(binds, key=lambda b: (b[0].count("/"), b[0])):
+            command += [flag, path, path]
+        command.append("--")
+        if os.geteuid() == 0:
+            command += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+            command.append("--")
+        return command + self._limits(argv, cgroup=cgroup)
+
+
+KINDS: dict[Kind, type[Isolation]] = {"bubblewrap": Bubblewrap, "none": NoSandbox}
+
+
+def _python_paths() -> list[str]:
+    """What the child needs to run Python and import the lab: the interpreter's prefixes and
+    the import paths inside them, labkit's and mock_upstream's own folders (an editable install
+    points into the instructor's checkout: bind the packages, not the checkout), and what
+    ``PYTHONPATH`` names on purpose."""
+    prefixes = {sys.base_prefix, sys.prefix}
+    paths = {*prefixes, os.path.dirname(os.path.realpath(sys.executable))}
+    paths |= {
+        p
+        for p in sys.path
+        if p and os.path.isdir(p) and any(Path(p).is_relative_to(x) for x in prefixes)
+    }
+    for package in (labkit, mock_upstream):
+        paths.add(os.path.dirname(os.path.abspath(package.__file__ or "")))
+    extra = os.environ.get("PYTHONPATH", "")
+    paths |= {p for p in extra.split(os.pathsep) if p and os.path.isdir(p)}
+    return sorted(paths)
+
+
+def _bubblewrap_works() -> str:
+    """'' if bwrap can run a command here, else why not."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bwrap not found: install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap)"
+    probe = [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--die-with-parent", "true"]
+    try:
+        done = subprocess.run(probe, capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap could not run: {exc}"
+    if done.returncode != 0:
+        shown = done.stderr.decode(errors="replace").strip().splitlines()
+        return f"bwrap is refused here ({shown[-1] if shown else done.returncode}; in a container?)"
+    return ""
+
+
+def choose(limits: Limits | None = None, kind: Kind | None = None) -> Isolation:
+    """The strongest isolation this machine allows, or ``kind`` if given (``LABKIT_SANDBOX``
+    may name one)."""
+    limits = limits or Limits()
+    wanted = kind or os.environ.get("LABKIT_SANDBOX") or None
+    if wanted == "none":
+        return NoSandbox(limits, "turned off with LABKIT_SANDBOX=none")
+    why_not = _bubblewrap_works()
+    if not why_not:
+        return Bubblewrap(limits)
+    if wanted == "bubblewrap":
+        raise RuntimeError(f"LABKIT_SANDBOX=bubblewrap, but {why_not}")
+    return NoSandbox(limits, why_not)

@@ -1,0 +1,156 @@
+"""Learner code is untrusted: what a hostile submission tries while it is graded, and that it
+is stopped, reported, and costs its classmates nothing.
+
+Each hostile submission is the correct reference proxy with a payload that runs at import, in
+every proxy process the grader starts for it. It reports what it managed over a loopback
+socket the test listens on (loopback stays open: the grader reaches the proxy that way):
+planting a file in the grader's own package, finding a classmate's submission, reading the mock
+upstream's books, leaving a daemon behind in a session of its own. Another one holds 600 MiB.
+Graded in one roster with an honest classmate, as an instructor grades a class.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import labkit.checks
+from labkit.grading.isolation import choose
+from labkit.grading.roster import Submission, grade_many
+from labkit.grading.rubric import Rubric
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = (ROOT / "solutions" / "proxy.py").read_text(encoding="utf-8")
+PLANTED = Path(labkit.checks.__file__).parent / "planted_by_submission.py"
+DAEMON = ["sleep", "917"]
+ONLY = ["trickle", "usage"]
+
+PAYLOAD = """
+import json as _json, os as _os, socket as _socket, subprocess as _subprocess
+import urllib.error as _uerror, urllib.request as _urequest
+
+
+def _hostile():
+    seen = {"uid": _os.getuid()}
+    try:
+        with open(PLANTED, "w") as planted:
+            planted.write("GRADE = 100\\n")
+        seen["planted"] = True
+    except OSError as exc:
+        seen["planted"] = type(exc).__name__
+    found = []
+    for top in ("/tmp", "/root", "/home", CLASSMATES):
+        for folder, _dirs, files in _os.walk(top):
+            for name in files:
+                path = _os.path.join(folder, name)
+                if name == "proxy.py" and not path.startswith(_os.getcwd()):
+                    try:
+                        if "CLASSMATE-MARKER" in open(path, errors="replace").read():
+                            found.append(path)
+                    except OSError:
+                        pass
+    seen["found"] = found
+    try:
+        _urequest.urlopen(_os.environ["UPSTREAM_URL"] + "/debug/requests", timeout=2)
+        seen["debug"] = 200
+    except _uerror.HTTPError as exc:
+        seen["debug"] = exc.code
+    except Exception as exc:
+        seen["debug"] = type(exc).__name__
+    _subprocess.Popen(DAEMON, start_new_session=True, stdout=_subprocess.DEVNULL,
+                      stderr=_subprocess.DEVNULL)
+    with _socket.create_connection(("127.0.0.1", PORT), timeout=2) as report:
+        report.sendall(_json.dumps(seen).encode() + b"\\n")
+
+
+_hostile()
+"""
+
+
+def with_payload(payload: str) -> str:
+    head, future, rest = REFERENCE.partition("from __future__ import annotations\n")
+    return head + future + payload + rest
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[dict[str, object]]]]:
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    reports: list[dict[str, object]] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                data = b""
+                while chunk := conn.recv(65536):
+                    data += chunk
+            reports.append(json.loads(data))
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], reports
+    stop.set()
+    thread.join()
+    server.close()
+
+
+def _daemons() -> list[str]:
+    shown = subprocess.run(["pgrep", "-af", " ".join(DAEMON)], capture_output=True, text=True)
+    return [line for line in shown.stdout.splitlines() if "pgrep" not in line]
+
+
+@pytest.mark.slow
+def test_hostile_acts_are_stopped_and_the_honest_classmate_is_unaffected(
+    tmp_path: Path, listener: tuple[int, list[dict[str, object]]]
+) -> None:
+    isolation = choose()
+    if isolation.kind != "bubblewrap":
+        pytest.skip(f"no sandbox on this machine: {isolation.describe()}")
+    port, reports = listener
+    roster = tmp_path / "submissions"
+    (roster / "classmate").mkdir(parents=True)
+    (roster / "classmate" / "proxy.py").write_text(REFERENCE + "\n# CLASSMATE-MARKER\n")
+    payload = (
+        PAYLOAD.replace("PLANTED", repr(str(PLANTED)))
+        .replace("CLASSMATES", repr(str(roster)))
+        .replace("DAEMON", repr(DAEMON))
+        .replace("PORT", str(port))
+    )
+    (roster / "hostile.py").write_text(with_payload(payload))
+    (roster / "hog.py").write_text(with_payload("\n_held = bytearray(600 * 1024 * 1024)\n"))
+    submissions = [
+        Submission("classmate", roster / "classmate" / "proxy.py"),
+        Submission("hostile", roster / "hostile.py"),
+        Submission("hog", roster / "hog.py"),
+    ]
+    before = _daemons()
+
+    reports_by_name = {r.name: r for r in grade_many(submissions, Rubric(), only=ONLY)}
+
+    assert reports_by_name["classmate"].score == reports_by_name["classmate"].max_score
+    assert reports_by_name["hostile"].score == reports_by_name["hostile"].max_score  # correct
+    hog = reports_by_name["hog"]
+    assert hog.score == 0 and hog.problem is not None
+    assert hog.problem.kind == "memory_limit", hog.problem
+    assert "600" not in hog.problem.message and "MiB of memory" in hog.problem.message
+
+    assert reports, "the hostile payload never reported: did it run?"
+    for seen in reports:
+        assert seen["uid"] != 0, "learner code ran as root"
+        assert seen["planted"] in ("PermissionError", "OSError"), seen
+        assert seen["found"] == [], f"a classmate's submission was readable: {seen['found']}"
+        assert seen["debug"] == 403, f"the mock's books answered the submission: {seen}"
+    assert not PLANTED.exists()
+    assert _daemons() == before, "a daemon the submission started outlived its grading"
+    assert "bubblewrap" in reports_by_name["hostile"].isolation

@@ -1,0 +1,106 @@
+"""Where learner code runs: the sandbox's walls, tried from inside, and the mock's closed books."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from labkit import serve
+from labkit.grading.isolation import Cgroup, Limits, NoSandbox, choose
+from labkit.upstream import MockUpstream
+from mock_upstream import DEBUG_TOKEN_HEADER, create_app
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import json, os
+seen = {"uid": os.getuid(), "tmp": sorted(os.listdir("/tmp"))}
+seen["solutions"] = os.path.exists(%r)
+try:
+    open(os.path.join(os.path.dirname(__import__("labkit").__file__), "x.py"), "w")
+    seen["wrote_labkit"] = True
+except OSError as exc:
+    seen["wrote_labkit"] = type(exc).__name__
+open("mine.txt", "w").write("ok")
+seen["own_folder"] = open("mine.txt").read()
+print(json.dumps(seen))
+"""
+
+
+def _run_inside(tmp_path: Path, *, cgroup: Cgroup | None = None) -> dict[str, object]:
+    isolation = choose()
+    if isolation.kind != "bubblewrap":
+        pytest.skip(f"no sandbox here: {isolation.describe()}")
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    isolation.prepare([folder])
+    argv = [sys.executable, "-c", PROBE % str(ROOT / "solutions")]
+    command = isolation.wrap(argv, cgroup=cgroup, writable=[folder])
+    if cgroup is not None:
+        command = [*cgroup.join_prefix(), *command]
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen: dict[str, object] = json.loads(done.stdout)
+    return seen
+
+
+def test_inside_the_sandbox_only_its_own_folder_is_there_and_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYTHONPATH")  # the test suite's own way to reach solutions/
+    seen = _run_inside(tmp_path)
+    assert seen["solutions"] is False, "the instructor's checkout is visible"
+    assert seen["wrote_labkit"] in ("PermissionError", "OSError")
+    assert seen["own_folder"] == "ok"
+    assert all(not name.startswith("labkit-grade-") for name in seen["tmp"])  # type: ignore[union-attr]
+    if os.geteuid() == 0:
+        assert seen["uid"] == 65534, "as root, learner code runs as nobody"
+
+
+def test_a_cgroup_limits_memory_and_is_removed_with_its_processes(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("cgroups are made only as root")
+    cgroup = Cgroup.create(Limits(memory_bytes=64 * 1024 * 1024))
+    if cgroup is None:
+        pytest.skip("no writable cgroup here")
+    try:
+        hog = [sys.executable, "-c", "x = bytearray(200 * 1024 * 1024)"]
+        done = subprocess.run([*cgroup.join_prefix(), *hog], capture_output=True, timeout=60)
+        assert done.returncode != 0
+        assert cgroup.memory_exceeded()
+    finally:
+        cgroup.remove()
+    assert not any(path.exists() for path in cgroup.dirs.values())
+
+
+def test_no_sandbox_says_so_and_why() -> None:
+    isolation = NoSandbox(Limits(), "bwrap not found: install bubblewrap")
+    shown = isolation.describe()
+    assert shown.startswith("no sandbox (bwrap not found: install bubblewrap): learner code ran")
+    assert "grader's own rights" in shown
+
+
+def test_labkit_sandbox_none_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LABKIT_SANDBOX", "none")
+    assert choose().kind == "none"
+
+
+def test_the_mock_keeps_its_books_to_whoever_has_the_token() -> None:
+    with serve(create_app(debug_token="s3cret"), name="closed-books") as mock:
+        for path in ("/debug/requests", "/metrics"):
+            refused = httpx.get(mock.url + path)
+            assert refused.status_code == 403
+            assert refused.json()["error"]["code"] == "debug_token_required"
+        assert httpx.post(mock.url + "/debug/reset").status_code == 403
+        assert (
+            httpx.get(mock.url + "/debug/requests", headers={DEBUG_TOKEN_HEADER: "no"}).status_code
+            == 403
+        )
+        assert MockUpstream(mock.url, token="s3cret").requests() == []
+        assert httpx.get(mock.url + "/v1/models").status_code == 200  # the API stays open

@@ -1,0 +1,156 @@
+"""Fair verdicts in a small container: graded with Gradescope's default limits (0.5 vCPU,
+768 MB, as a cgroup), both references get full marks and each broken proxy whose check is
+timed fails exactly the checks it fails on a big machine, none of them inconclusive.
+
+Needs a cgroup it can create (root, cgroup v1 or v2, see ``bench/small_container.py``); skips
+with the reason otherwise. ``python -m bench.small_container`` is the full version: every broken
+proxy, three runs, one grading at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from bench.small_container import CgroupUnavailable, grade_all, render, small_cgroup, submissions
+from labkit.checks import CheckResult, runner
+from labkit.checks.backpressure import Sample, _held_back
+from labkit.checks.context import Outcome
+from labkit.checks.keepalive import _silence
+from labkit.checks.machine import cpu_limit
+from labkit.checks.result import INCONCLUSIVE
+from labkit.grading.report import SubmissionReport
+from labkit.grading.rubric import Rubric
+
+CPU = 0.5
+MEMORY_MB = 768
+# The references, and the broken proxies whose failing checks measure time or flow: each timed
+# check (backpressure, concurrency, keepalive, trickle, both cancels) is failed by one of them.
+CHOSEN = [
+    "reference",
+    "aiohttp-reference",
+    "unbounded_queue",
+    "blocking_client",
+    "buffering",
+    "cancel_late",
+    "no_cancel",
+]
+JOBS = 2  # two cgroups of half a CPU each: one CPU of the machine's two
+
+
+@pytest.fixture(scope="module")
+def cgroups_available() -> None:
+    try:
+        with small_cgroup(CPU, MEMORY_MB):
+            pass
+    except CgroupUnavailable as exc:
+        pytest.skip(f"cannot make a {CPU:g}-CPU cgroup here: {exc}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("cgroups_available")
+def test_half_a_cpu_gives_the_same_verdicts(tmp_path: Path) -> None:
+    gradings = grade_all(submissions(tmp_path, CHOSEN), cpu=CPU, memory_mb=MEMORY_MB, jobs=JOBS)
+    table = render(gradings)
+    print(table)
+    assert sorted(g.submission for g in gradings) == sorted(CHOSEN)
+    for grading in gradings:
+        assert grading.problem is None, table
+        assert grading.failed == grading.expected, table
+        assert not grading.inconclusive, table
+        assert grading.oom_kills == 0, table
+        if not grading.expected:
+            assert grading.score == grading.max_score == 100, table
+
+
+# The pieces that make a small container fair, without a cgroup: quick.
+
+
+def _cgroup_file(root: Path, relative: str, text: str) -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_the_cpu_limit_is_the_smallest_quota_above_this_process(tmp_path: Path) -> None:
+    _cgroup_file(tmp_path, "cpu/cpu.cfs_quota_us", "-1\n")
+    _cgroup_file(tmp_path, "cpu/cpu.cfs_period_us", "100000\n")
+    _cgroup_file(tmp_path, "cpu/grading/cpu.cfs_quota_us", "150000\n")
+    _cgroup_file(tmp_path, "cpu/grading/cpu.cfs_period_us", "100000\n")
+    _cgroup_file(tmp_path, "cpu/grading/one/cpu.cfs_quota_us", "50000\n")
+    _cgroup_file(tmp_path, "cpu/grading/one/cpu.cfs_period_us", "100000\n")
+    v1 = "4:memory:/grading/one\n1:cpu,cpuacct:/grading/one\n0::/\n"
+    assert cpu_limit(v1, tmp_path) == 0.5
+    assert cpu_limit("1:cpu,cpuacct:/grading\n", tmp_path) == min(1.5, _cores())
+    _cgroup_file(tmp_path, "v2/cpu.max", "max 100000\n")
+    _cgroup_file(tmp_path, "v2/box/cpu.max", "50000 100000\n")
+    assert cpu_limit("0::/v2/box\n", tmp_path) == 0.5
+    assert cpu_limit("0::/nowhere\n", tmp_path) == _cores()  # unreadable: no limit known
+
+
+def _cores() -> float:
+    return float(len(os.sched_getaffinity(0)))
+
+
+def test_an_inconclusive_check_never_costs_a_point() -> None:
+    outcome = Outcome("backpressure", "09_backpressure_and_slow_clients")
+    result = outcome.inconclusive(
+        "inconclusive: the machine was too slow to fill the socket buffers in time",
+        "after 40.0 s the upstream had made 90000 tokens and was still moving",
+        {"lead_tokens": 89990},
+    )
+    assert result.inconclusive and result.skipped and not result.passed
+    assert result.status == "skipped"  # what every report renderer and the worker's JSON know
+    assert not re.search(r"\d", result.verdict)
+    assert "90000 tokens" in str(result.evidence[INCONCLUSIVE])
+    passed = CheckResult("trickle", True, "tokens reach the client", {})
+    report = SubmissionReport("learner", "proxy.py", [passed, result], Rubric())
+    assert report.score == report.max_score == 100
+    assert report.all_passed
+    # The grader reads each worker's report back from JSON: still inconclusive, still no FAIL.
+    again = SubmissionReport.from_json(report.to_json(), Rubric())
+    [back] = [r for r in again.results if r.id == "backpressure"]
+    assert back.inconclusive and again.score == 100
+
+
+def _sample(t: float, generated: int, reads: int) -> Sample:
+    return Sample(t, generated, read=reads, reads=reads)
+
+
+def test_backpressure_needs_a_standstill_while_the_client_reads() -> None:
+    flowing = [_sample(i / 10, 5000 * i, i) for i in range(20)]
+    assert not _held_back(flowing)
+    still = [*flowing, *(_sample(2 + i / 10, 95_000, 20 + i) for i in range(12))]
+    assert _held_back(still)
+    starved = [*flowing, *(_sample(2 + i / 10, 95_000, 20) for i in range(12))]
+    assert not _held_back(starved)  # the client read nothing: waiting or starving, cannot tell
+
+
+def test_the_keepalive_silence_is_the_longest_gap_the_client_saw() -> None:
+    assert _silence([0.2, 0.25, 0.3, 4.8, 4.85]) == (0.3, 4.8)
+    assert _silence([1.0]) is None
+
+
+def test_the_flat_out_lane_waits_for_the_other_lanes() -> None:
+    async def scenario() -> list[str]:
+        order: list[str] = []
+        other = asyncio.get_running_loop().create_future()
+        runner._busy().add(other)
+
+        async def solo() -> None:
+            await runner._after_the_others()
+            order.append("solo")
+
+        waiting = asyncio.create_task(solo())
+        await asyncio.sleep(0.05)
+        order.append("others done")
+        other.set_result(None)
+        await waiting
+        return order
+
+    assert asyncio.run(scenario()) == ["others done", "solo"]
