@@ -23,7 +23,7 @@ own answer. ``unwritten`` finds the stubs again, so the grader can say which par
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from labkit.errors import LabkitError
@@ -146,22 +146,28 @@ def strip_solutions(
     kind: str,
     notebook: str = "this notebook",
     owner: Callable[[Region], str] | None = None,
+    only: Collection[str] | None = None,
 ) -> tuple[str, int]:
     """Replace each solution region of one cell's (or file's) source with its stub; return the
-    new source and the number of regions. ``notebook`` names the notebook that writes them, or
-    ``owner(region)`` does, region by region."""
-    found = {region.line: region for region in regions(source, where=notebook)}
+    new source and the number of regions stubbed. ``notebook`` names the notebook that writes
+    them, or ``owner(region)`` does, region by region; ``only`` stubs just the regions inside
+    these functions and leaves the others' solutions in place."""
+    found = {
+        region.line: region
+        for region in regions(source, where=notebook)
+        if only is None or region.function in only
+    }
     lines = source.split("\n")
     out: list[str] = []
     inside = False
     for number, line in enumerate(lines, start=1):
         stripped = line.strip()
-        if stripped == BEGIN:
+        if stripped == BEGIN and number in found:
             inside = True
             region = found[number]
             where = owner(region) if owner is not None else notebook
             out.extend(_code_stub(region, where) if kind == "code" else [ANSWER_PROMPT])
-        elif stripped == END:
+        elif stripped == END and inside:
             inside = False
         elif not inside:
             out.append(line)

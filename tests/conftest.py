@@ -7,11 +7,46 @@ the proxies the tests start in child processes, and the grader's worker, find it
 
 from __future__ import annotations
 
+import json
 import os
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
 )
+
+
+@pytest.fixture
+def loopback_reports() -> Iterator[tuple[int, list[dict[str, object]]]]:
+    """A port on 127.0.0.1 and the JSON each connection to it sent, for learner code that can
+    write nowhere but its own sandbox to say what it saw (loopback stays open there)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    reports: list[dict[str, object]] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                data = b""
+                while chunk := conn.recv(65536):
+                    data += chunk
+            reports.append(json.loads(data))
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1], reports
+    stop.set()
+    thread.join()
+    server.close()

@@ -228,3 +228,12 @@ def test_student_command_says_where_the_solution_should_be(
     assert "solutions/proxy.py. Run this from the repository, or pass --solution" in (
         capsys.readouterr().err
     )
+
+
+def test_only_stubs_the_named_functions_and_keeps_the_other_solutions() -> None:
+    source, count = strip_solutions(
+        ROUTE + "\n" + QUEUE, kind="code", notebook="nb", only={"make_queue"}
+    )
+    assert count == 1
+    assert "return await relay(body)" in source and "### BEGIN SOLUTION" in source
+    assert unwritten(source) == [Unwritten("make_queue", "nb")]

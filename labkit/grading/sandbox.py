@@ -100,14 +100,7 @@ class SandboxedProxy(SubprocessServer):
             super().stop()
         finally:
             if self.cgroup is not None:
-                self.cgroup.remove()
-
-    def _kill(self) -> None:
-        try:
-            super()._kill()
-        finally:
-            if self.cgroup is not None:
-                self.cgroup.kill_all()
+                self.cgroup.remove()  # kills what is left in it first
 
 
 def start_proxy(

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 
 import solutions.proxy
-from labkit.regions import END, regions, strip_solutions
+from labkit.regions import regions, strip_solutions
 
 REFERENCE = Path(solutions.proxy.__file__)
 BROKEN_DIR = Path(__file__).parent / "broken"
@@ -53,12 +53,8 @@ def stubbed_one_region(function: str) -> str:
     stubs it (its stand-in, or a ``raise``), the stub's marker comment taken out so that the
     grader runs the stub instead of reporting the part as not written."""
     source = REFERENCE.read_text(encoding="utf-8")
-    lines = source.split("\n")
-    (region,) = [r for r in regions(source) if r.function == function]
-    end = next(i for i in range(region.line, len(lines)) if lines[i].strip() == END)
-    part, _ = strip_solutions("\n".join(lines[region.line - 1 : end + 1]), kind="code")
-    stub = [line for line in part.split("\n") if "# YOUR CODE HERE:" not in line]
-    return "\n".join(lines[: region.line - 1] + stub + lines[end + 1 :])
+    stubbed, _ = strip_solutions(source, kind="code", only={function})
+    return "\n".join(line for line in stubbed.split("\n") if "# YOUR CODE HERE:" not in line)
 
 
 def region_functions() -> list[str]:

@@ -11,11 +11,7 @@ Graded in one roster with an honest classmate, as an instructor grades a class.
 
 from __future__ import annotations
 
-import json
-import socket
 import subprocess
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -78,33 +74,6 @@ def with_payload(payload: str) -> str:
     return head + future + payload + rest
 
 
-@pytest.fixture
-def listener() -> Iterator[tuple[int, list[dict[str, object]]]]:
-    server = socket.create_server(("127.0.0.1", 0))
-    server.settimeout(0.2)
-    reports: list[dict[str, object]] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                data = b""
-                while chunk := conn.recv(65536):
-                    data += chunk
-            reports.append(json.loads(data))
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1], reports
-    stop.set()
-    thread.join()
-    server.close()
-
-
 def _daemons() -> list[str]:
     shown = subprocess.run(["pgrep", "-af", " ".join(DAEMON)], capture_output=True, text=True)
     return [line for line in shown.stdout.splitlines() if "pgrep" not in line]
@@ -112,12 +81,12 @@ def _daemons() -> list[str]:
 
 @pytest.mark.slow
 def test_hostile_acts_are_stopped_and_the_honest_classmate_is_unaffected(
-    tmp_path: Path, listener: tuple[int, list[dict[str, object]]]
+    tmp_path: Path, loopback_reports: tuple[int, list[dict[str, object]]]
 ) -> None:
     isolation = choose()
     if isolation.kind != "bubblewrap":
         pytest.skip(f"no sandbox on this machine: {isolation.describe()}")
-    port, reports = listener
+    port, reports = loopback_reports
     roster = tmp_path / "submissions"
     (roster / "classmate").mkdir(parents=True)
     (roster / "classmate" / "proxy.py").write_text(REFERENCE + "\n# CLASSMATE-MARKER\n")

@@ -9,7 +9,7 @@ import pytest
 
 from labkit.checks import CHECK_IDS
 from labkit.grading.grader import agrade_file, unwritten_results
-from labkit.regions import END, regions, strip_solutions, unwritten
+from labkit.regions import strip_solutions, unwritten
 from labkit.student import stub_proxy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,18 +24,10 @@ def bundle_proxy() -> str:
 def stub_only(*functions: str) -> str:
     """The solution with only these functions' regions stubbed, as the bundle stubs them."""
     owners = {u.function: u.notebook for u in unwritten(bundle_proxy())}
-    lines = SOLUTION.split("\n")
-    for region in reversed(regions(SOLUTION)):
-        if region.function not in functions:
-            continue
-        end = next(i for i in range(region.line, len(lines)) if lines[i].strip() == END)
-        stub, _ = strip_solutions(
-            "\n".join(lines[region.line - 1 : end + 1]),
-            kind="code",
-            owner=lambda r, f=region.function: owners[f],
-        )
-        lines[region.line - 1 : end + 1] = stub.replace("this part", region.function).split("\n")
-    return "\n".join(lines)
+    stubbed, _ = strip_solutions(
+        SOLUTION, kind="code", owner=lambda r: owners[r.function], only=functions
+    )
+    return stubbed
 
 
 def test_a_bundle_proxy_fails_every_check_naming_the_first_parts_to_write() -> None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import httpx
 import nbformat
@@ -167,36 +166,20 @@ print("ENVIRONMENT", dict(_os.environ))  # feedback must not carry this either
 """
 
 
-def _collect(server: socket.socket, into: list[str], stop: threading.Event) -> None:
-    server.settimeout(0.2)
-    while not stop.is_set():
-        try:
-            conn, _ = server.accept()
-        except TimeoutError:
-            continue
-        with conn:
-            data = b""
-            while chunk := conn.recv(65536):
-                data += chunk
-        into.append(data.decode())
-
-
 @pytest.mark.slow
-def test_grader_runs_learner_code_without_secrets_or_other_files(tmp_path: Path) -> None:
+def test_grader_runs_learner_code_without_secrets_or_other_files(
+    tmp_path: Path, loopback_reports: tuple[int, list[dict[str, Any]]]
+) -> None:
     mine, theirs = tmp_path / "alice", tmp_path / "bob"
     mine.mkdir()
     theirs.mkdir()
     (mine / "notes.txt").write_text("alice's private notes")
     (theirs / "notes.txt").write_text(f"bob's notes {CANARY}")
-    server = socket.create_server(("127.0.0.1", 0))
-    lines: list[str] = []
-    stop = threading.Event()
-    collector = threading.Thread(target=_collect, args=(server, lines, stop), daemon=True)
-    collector.start()
+    port, runs = loopback_reports
     reference = Path(solutions.proxy.__file__).read_text()
     future_import = "from __future__ import annotations\n"
     head, _, rest = reference.partition(future_import)
-    spy = SPY.format(port=server.getsockname()[1], other=str(theirs / "notes.txt"))
+    spy = SPY.format(port=port, other=str(theirs / "notes.txt"))
     (mine / "proxy.py").write_text(head + future_import + "\n" + spy + rest)
 
     env = {
@@ -225,10 +208,6 @@ def test_grader_runs_learner_code_without_secrets_or_other_files(tmp_path: Path)
     assert result.returncode in (0, 1), result.stderr[-2000:]
     assert CANARY not in result.stdout + result.stderr
 
-    stop.set()
-    collector.join()
-    server.close()
-    runs = [json.loads(line) for line in lines]
     assert runs, "the submission never ran"
     for run in runs:
         assert CANARY not in json.dumps(run["env"]), "a secret reached learner code"
