@@ -26,13 +26,13 @@ import functools
 import os
 from pathlib import Path
 
-__all__ = ["MAX_BUDGET_SCALE", "budget_scale", "cpu_limit"]
+__all__ = ["MAX_BUDGET_SCALE", "budget_scale", "cpu_limit", "describe", "own_cgroups"]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 MAX_BUDGET_SCALE = 4.0
 
 
-def _own_cgroups(text: str) -> dict[str, str]:
+def own_cgroups(text: str) -> dict[str, str]:
     """``/proc/self/cgroup`` as {controller: path}; cgroup v2's line has the key ``""``."""
     paths: dict[str, str] = {}
     for line in text.splitlines():
@@ -79,7 +79,7 @@ def cpu_limit(proc_cgroup: str | None = None, root: Path = CGROUP_ROOT) -> float
         cpus = float(os.cpu_count() or 1)
     if proc_cgroup is None:
         proc_cgroup = _read(Path("/proc/self/cgroup")) or ""
-    own = _own_cgroups(proc_cgroup)
+    own = own_cgroups(proc_cgroup)
     quotas: list[float] = []
     try:
         if "" in own:
@@ -97,3 +97,15 @@ def budget_scale() -> float:
     """How much longer than usual a check may take here: 1 from one CPU up, 2 at half a CPU,
     at most MAX_BUDGET_SCALE."""
     return min(MAX_BUDGET_SCALE, max(1.0, 1.0 / max(cpu_limit(), 1e-3)))
+
+
+def describe() -> str:
+    """What grading had here, for the report: ``2 CPUs``, or ``0.5 CPU: time budgets x2``."""
+    cpus = cpu_limit()
+    text = f"{cpus:g} CPU" + ("s" if cpus > 1 else "")
+    scale = budget_scale()
+    if scale > 1:
+        text += f": time budgets x{scale:g}"
+        if scale >= MAX_BUDGET_SCALE:
+            text += " (the most they stretch: below this, expect inconclusive checks)"
+    return text

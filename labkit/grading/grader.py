@@ -22,9 +22,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from labkit.capture import acapture_stream
-from labkit.checks import CheckResult, arun_checks
+from labkit.checks import CheckResult, arun_checks, machine
 from labkit.checks.catalogue import BY_ID, SOLO_LANE, lanes_for, select
 from labkit.checks.context import chat_body
+from labkit.checks.machine import budget_scale
 from labkit.errors import CaptureError
 from labkit.grading.isolation import Isolation, choose
 from labkit.grading.report import Problem, SubmissionReport
@@ -87,15 +88,14 @@ def unwritten_results(source: str, ids: Iterable[str]) -> dict[str, CheckResult]
 async def _preflight(proxy_url: str) -> Problem | None:
     """One short stream: does the proxy answer at all?"""
     body = chat_body(PREFLIGHT_SEED, {"ttft_ms": 0, "tps": 1000, "tokens": 3})
+    limit = PREFLIGHT_S * budget_scale()
     try:
-        async with asyncio.timeout(PREFLIGHT_S + 1):
-            await acapture_stream(
-                f"{proxy_url}/v1/chat/completions", json=body, timeout=PREFLIGHT_S
-            )
+        async with asyncio.timeout(limit + 1):
+            await acapture_stream(f"{proxy_url}/v1/chat/completions", json=body, timeout=limit)
     except (TimeoutError, CaptureError):
         return Problem(
             "no_answer",
-            f"the proxy did not answer a simple streaming request within {PREFLIGHT_S:g} s. "
+            f"the proxy did not answer a simple streaming request within {limit:g} s. "
             "Make POST /v1/chat/completions return a response, then grade again.",
         )
     return None
@@ -135,6 +135,7 @@ async def agrade_file(
             problem,
             time.monotonic() - started,
             isolation="" if isolation is None else isolation.describe(),
+            machine=machine.describe(),
         )
 
     if not await asyncio.to_thread(source.is_file):
@@ -153,12 +154,12 @@ async def agrade_file(
     isolation = await asyncio.to_thread(choose)
     sandbox = Path(tempfile.mkdtemp(prefix="labkit-grade-"))
     try:
-        async with asyncio.timeout(rubric.submission_timeout_s):
+        async with asyncio.timeout(rubric.time_limit_s()):
             problem = await _run_lanes(source, sandbox, to_run, servers, results, isolation)
     except TimeoutError:
         problem = Problem(
             "submission_timeout",
-            f"grading took longer than {rubric.submission_timeout_s:g} s and was stopped: "
+            f"grading took longer than {rubric.time_limit_s():g} s and was stopped: "
             "the proxy stopped answering. Make every request end, then grade again.",
         )
     finally:
@@ -271,14 +272,20 @@ async def agrade_url(
         results = _not_run(ids, "not run: the proxy could not be graded")
     else:
         try:
-            async with asyncio.timeout(rubric.submission_timeout_s):
+            async with asyncio.timeout(rubric.time_limit_s()):
                 results = await arun_checks(proxy_url, upstream_url=upstream_url, only=ids)
         except TimeoutError:
             problem = Problem(
                 "submission_timeout",
-                f"grading took longer than {rubric.submission_timeout_s:g} s and was stopped.",
+                f"grading took longer than {rubric.time_limit_s():g} s and was stopped.",
             )
             results = _not_run(ids, "not run: grading was stopped")
     return SubmissionReport(
-        proxy_url, proxy_url, results, rubric, problem, time.monotonic() - started
+        proxy_url,
+        proxy_url,
+        results,
+        rubric,
+        problem,
+        time.monotonic() - started,
+        machine=machine.describe(),
     )

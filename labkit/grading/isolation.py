@@ -22,6 +22,7 @@ applies the limits it can and says plainly that learner code ran with the grader
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -36,6 +37,7 @@ from typing import Literal
 
 import labkit
 import mock_upstream
+from labkit.checks.machine import CGROUP_ROOT, own_cgroups
 
 __all__ = [
     "KINDS",
@@ -77,6 +79,10 @@ class Limits:
         )
 
 
+def _below(tree: Path, path: str) -> Path:
+    return tree.joinpath(*[part for part in path.split("/") if part])
+
+
 class Cgroup:
     """A memory and pids cgroup (v1 or v2) for one proxy; ``None`` from ``create`` if none can
     be made here."""
@@ -85,13 +91,26 @@ class Cgroup:
         self.dirs = dirs
 
     @classmethod
-    def create(cls, limits: Limits) -> Cgroup | None:
+    def create(
+        cls, limits: Limits, *, root: Path = CGROUP_ROOT, proc_cgroup: str | None = None
+    ) -> Cgroup | None:
+        """A new cgroup below the grader's own (``/proc/self/cgroup``), so that whatever limits
+        the instructor's container or job put on the grader hold for the proxies too."""
         name = f"labkit-{uuid.uuid4().hex[:12]}"
-        root = Path("/sys/fs/cgroup")
+        if proc_cgroup is None:
+            try:
+                proc_cgroup = Path("/proc/self/cgroup").read_text()
+            except OSError:
+                return None
+        own = own_cgroups(proc_cgroup)
         made: dict[str, Path] = {}
         try:
             if (root / "cgroup.controllers").exists():  # v2: one tree
-                path = root / name
+                parent = _below(root, own.get("", "/"))
+                with contextlib.suppress(OSError):  # allowed at the root, and where no
+                    # process sits in the grader's own cgroup (a systemd scope, a job)
+                    (parent / "cgroup.subtree_control").write_text("+memory +pids")
+                path = parent / name
                 path.mkdir()
                 made["unified"] = path
                 (path / "memory.max").write_text(str(limits.memory_bytes))
@@ -99,7 +118,7 @@ class Cgroup:
                 (path / "pids.max").write_text(str(limits.processes))
             else:  # v1: a tree per controller
                 for controller in ("memory", "pids"):
-                    path = root / controller / name
+                    path = _below(root / controller, own.get(controller, "/")) / name
                     path.mkdir()
                     made[controller] = path
                 (made["memory"] / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
@@ -108,6 +127,9 @@ class Cgroup:
                     swap.write_text(str(limits.memory_bytes))
                 (made["pids"] / "pids.max").write_text(str(limits.processes))
         except OSError:
+            # v2 below a cgroup that has processes of its own cannot hand its controllers
+            # down ("no internal processes"): no cgroup rather than one that escapes the
+            # instructor's limits.
             cls(made).remove()
             return None
         return cls(made)

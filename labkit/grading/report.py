@@ -16,11 +16,13 @@ from labkit.grading.similarity import SimilarityRow
 
 __all__ = [
     "CSV_FIELDS",
+    "MARKS",
     "Problem",
     "SubmissionReport",
     "csv_row",
     "feedback_markdown",
     "gradescope_results",
+    "outcome",
     "render_table",
 ]
 
@@ -47,15 +49,27 @@ class SubmissionReport:
     problem: Problem | None = None
     elapsed_s: float = 0.0
     isolation: str = ""  # where the learner's code ran (labkit.grading.isolation)
+    machine: str = ""  # the CPU the grader had, and what that did to its time budgets
     points: dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
-        counted = [r.id for r in self.results if not r.skipped]
-        self.points = self.rubric.points(counted)
+        self.points = self.rubric.points([r.id for r in self.results if self.counts(r)])
+
+    def counts(self, result: CheckResult) -> bool:
+        """Whether ``result`` is part of the total: run and decided, or inconclusive under a
+        rubric that awards those."""
+        return not result.skipped or (result.inconclusive and self.rubric.awards_inconclusive)
+
+    def earned(self, result: CheckResult) -> bool:
+        return result.passed or (result.inconclusive and self.rubric.awards_inconclusive)
+
+    @property
+    def inconclusive(self) -> list[CheckResult]:
+        return [r for r in self.results if r.inconclusive]
 
     @property
     def score(self) -> float:
-        return round(sum(self.points[r.id] for r in self.results if r.passed), 2)
+        return round(sum(self.points[r.id] for r in self.results if self.earned(r)), 2)
 
     @property
     def max_score(self) -> float:
@@ -72,6 +86,14 @@ class SubmissionReport:
     @property
     def counted_count(self) -> int:
         return sum(not r.skipped for r in self.results)
+
+    def tally(self) -> str:
+        """``9 of 10 checks passed``, and how many the machine could not decide."""
+        text = f"{self.passed_count} of {self.counted_count} checks passed"
+        if self.inconclusive:
+            how = "awarded" if self.rubric.awards_inconclusive else "not counted"
+            text += f"; {len(self.inconclusive)} inconclusive on this machine, {how}"
+        return text
 
     def result(self, check_id: str) -> CheckResult | None:
         return next((r for r in self.results if r.id == check_id), None)
@@ -92,6 +114,7 @@ class SubmissionReport:
             },
             "elapsed_s": round(self.elapsed_s, 2),
             "isolation": self.isolation,
+            "machine": self.machine,
             "checks": {
                 r.id: {**r.to_json(), "points": round(self.points.get(r.id, 0.0), 2)}
                 for r in self.results
@@ -120,6 +143,7 @@ class SubmissionReport:
             problem=None if problem is None else Problem(**problem),
             elapsed_s=float(data.get("elapsed_s", 0.0)),
             isolation=str(data.get("isolation", "")),
+            machine=str(data.get("machine", "")),
         )
 
 
@@ -131,25 +155,38 @@ def _evidence_text(result: CheckResult) -> str:
     return ", ".join(f"{k}={v}" for k, v in result.evidence.items())
 
 
+def outcome(result: CheckResult) -> str:
+    """``passed``, ``failed``, ``skipped`` or ``inconclusive``: what the CSV and tables show."""
+    return "inconclusive" if result.inconclusive else result.status
+
+
+MARKS = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP", "inconclusive": "????"}
+
+
 def render_table(report: SubmissionReport, *, evidence: bool = True) -> str:
     """The terminal view: one line per check, then what was seen and what to change."""
     lines = [f"Grading {report.name}"]
     if report.isolation:
         lines.append(f"  ran in: {report.isolation}")
+    if report.machine:
+        lines.append(f"  machine: {report.machine}")
     if report.problem is not None:
         lines.append(f"  problem: {report.problem.message}")
     width = max(len(i) for i in CHECK_IDS)
     for result in report.results:
-        mark = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}[result.status]
-        lines.append(f"  {mark}  {result.id:<{width}}  {result.verdict}")
-        if evidence and result.status == "failed" and report.problem is None:
+        lines.append(f"  {MARKS[outcome(result)]}  {result.id:<{width}}  {result.verdict}")
+        shown = result.status == "failed" or result.inconclusive
+        if evidence and shown and report.problem is None:
             if result.evidence:
                 lines.append(f"        seen: {_evidence_text(result)}")
-            lines.append(f"        fix:  {result.hint}")
-    lines.append(
-        f"Score: {_points(report.score)}/{_points(report.max_score)} "
-        f"({report.passed_count} of {report.counted_count} checks passed)"
-    )
+            if not result.inconclusive:
+                lines.append(f"        fix:  {result.hint}")
+    lines.append(f"Score: {_points(report.score)}/{_points(report.max_score)} ({report.tally()})")
+    if report.inconclusive:
+        lines.append(
+            "  ???? = inconclusive: this machine was too slow to decide; never a fail. Grade "
+            "on a machine with at least half a CPU to decide it (see the README)."
+        )
     return "\n".join(lines)
 
 
@@ -160,8 +197,7 @@ def feedback_markdown(report: SubmissionReport, similarity: SimilarityRow | None
     lines = [
         f"# Feedback for {report.name}",
         "",
-        f"Score: **{_points(report.score)} / {_points(report.max_score)}** "
-        f"({report.passed_count} of {report.counted_count} checks passed).",
+        f"Score: **{_points(report.score)} / {_points(report.max_score)}** ({report.tally()}).",
         "",
     ]
     if report.problem is not None:
@@ -180,6 +216,21 @@ def feedback_markdown(report: SubmissionReport, similarity: SimilarityRow | None
                 f"- **What to change**: {result.hint}",
                 "",
             ]
+    if report.inconclusive:
+        lines += ["## Not decided on the grader's machine", ""]
+        lines += [
+            "The grader's machine was too slow to run these experiments to the end. That is "
+            "not your proxy's fault, and it "
+            + (
+                "was given full points."
+                if report.rubric.awards_inconclusive
+                else "is left out of your total."
+            ),
+            "",
+        ]
+        for result in report.inconclusive:
+            lines.append(f"- **{result.id}**: {result.verdict} ({_evidence_text(result)})")
+        lines.append("")
     if similarity is not None and similarity.near_copy is not None:
         against, match = similarity.near_copy
         whom = {"reference": "the reference solution", "learner": "another submission"}[against]
@@ -193,7 +244,7 @@ def feedback_markdown(report: SubmissionReport, similarity: SimilarityRow | None
         ]
     lines += ["## All checks", "", "| check | result | verdict |", "|---|---|---|"]
     for result in report.results:
-        lines.append(f"| {result.id} | {result.status} | {result.verdict} |")
+        lines.append(f"| {result.id} | {outcome(result)} | {result.verdict} |")
     return "\n".join(lines) + "\n"
 
 
@@ -201,17 +252,23 @@ def gradescope_results(report: SubmissionReport) -> dict[str, Any]:
     """Gradescope's ``results.json``: total score and one test per check."""
     tests = []
     for result in report.results:
-        if result.skipped:
+        if result.skipped and not result.inconclusive:
             continue
         output = result.verdict
         if result.status == "failed":
             output += f"\nObserved: {_evidence_text(result)}\nWhat to change: {result.hint}"
+        if result.inconclusive:
+            output += (
+                f"\nObserved: {_evidence_text(result)}\nThe grader's machine was too slow "
+                "to decide this check; it never counts against you."
+            )
+        available = report.points.get(result.id, 0.0)
         tests.append(
             {
                 "name": f"{result.id}: {SUMMARIES[result.id]}",
-                "score": round(report.points[result.id] if result.passed else 0.0, 2),
-                "max_score": round(report.points[result.id], 2),
-                "status": "passed" if result.passed else "failed",
+                "score": round(available if report.earned(result) else 0.0, 2),
+                "max_score": round(available, 2),
+                "status": "failed" if result.status == "failed" else "passed",
                 "output": output,
                 "visibility": "visible",
             }
@@ -263,7 +320,7 @@ def csv_row(report: SubmissionReport, similarity: SimilarityRow | None = None) -
         row["similarity_flag"] = similarity.flag
     for check_id in CHECK_IDS:
         result = report.result(check_id)
-        row[check_id] = "" if result is None else result.status
+        row[check_id] = "" if result is None else outcome(result)
     return row
 
 

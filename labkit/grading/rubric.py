@@ -3,14 +3,22 @@
 Every key is optional; an empty file (or no file) gives the defaults::
 
     max_score = 100            # what a submission that passes every check gets
-    submission_timeout_s = 90  # wall-time limit for grading one submission
+    submission_timeout_s = 90  # wall-time limit for grading one submission, at one CPU or more
+    inconclusive = "leave_out"  # or "award": what a check the machine could not decide is worth
 
     [weights]                  # relative weights; a check not listed weighs 1; 0 leaves it out
     trickle = 2
     cancel = 2
 
 A check that is skipped (``usage`` when grading a URL) is left out of that submission's total,
-so its score is still out of ``max_score``.
+so its score is still out of ``max_score``. So is an *inconclusive* one (the grader's machine
+was too slow to decide it, see ``labkit.checks.result``) unless ``inconclusive = "award"``
+gives it full points, for an instructor who prefers every submission out of the same total.
+Neither ever costs the learner a point.
+
+Below one CPU the time limit stretches with every other time budget
+(``labkit.checks.machine.budget_scale``: twice as long at half a CPU), so a slow container is
+not mistaken for a proxy that hangs.
 """
 
 from __future__ import annotations
@@ -23,13 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from labkit.checks import CHECK_IDS
+from labkit.checks.machine import budget_scale
 from labkit.errors import LabkitError
 
 __all__ = ["DEFAULT_MAX_SCORE", "DEFAULT_SUBMISSION_TIMEOUT_S", "Rubric", "RubricError"]
 
 DEFAULT_MAX_SCORE = 100.0
 DEFAULT_SUBMISSION_TIMEOUT_S = 90.0
-_TOP_KEYS = ("max_score", "submission_timeout_s", "weights")
+_TOP_KEYS = ("max_score", "submission_timeout_s", "inconclusive", "weights")
+INCONCLUSIVE_POLICIES = ("leave_out", "award")
 
 
 class RubricError(LabkitError):
@@ -45,6 +55,15 @@ class Rubric:
     max_score: float = DEFAULT_MAX_SCORE
     submission_timeout_s: float = DEFAULT_SUBMISSION_TIMEOUT_S
     weights: Mapping[str, float] = field(default_factory=dict)
+    inconclusive: str = "leave_out"
+
+    @property
+    def awards_inconclusive(self) -> bool:
+        return self.inconclusive == "award"
+
+    def time_limit_s(self) -> float:
+        """``submission_timeout_s`` on this machine: stretched below one CPU."""
+        return self.submission_timeout_s * budget_scale()
 
     def weight(self, check_id: str) -> float:
         return float(self.weights.get(check_id, 1.0))
@@ -60,6 +79,7 @@ class Rubric:
         return {
             "max_score": self.max_score,
             "submission_timeout_s": self.submission_timeout_s,
+            "inconclusive": self.inconclusive,
             "weights": {i: self.weight(i) for i in CHECK_IDS},
         }
 
@@ -93,6 +113,13 @@ class Rubric:
                     path, f"unknown check {key!r} in [weights]; expected {', '.join(CHECK_IDS)}"
                 )
             _number(path, f"weights.{key}", value)
+        inconclusive = data.get("inconclusive", "leave_out")
+        if inconclusive not in INCONCLUSIVE_POLICIES:
+            raise RubricError(
+                path,
+                f"inconclusive = {inconclusive!r} is not valid; expected "
+                + " or ".join(repr(p) for p in INCONCLUSIVE_POLICIES),
+            )
         return cls(
             max_score=_number(path, "max_score", data.get("max_score", DEFAULT_MAX_SCORE)),
             submission_timeout_s=_number(
@@ -102,6 +129,7 @@ class Rubric:
                 positive=True,
             ),
             weights={k: float(v) for k, v in weights.items()},
+            inconclusive=str(inconclusive),
         )
 
 

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import psutil
 
+from labkit.checks.machine import budget_scale
 from labkit.errors import (
     AppStartupError,
     InvalidTargetError,
@@ -89,7 +90,8 @@ class SandboxedProxy(SubprocessServer):
         try:
             outer = psutil.Process(self.process.pid)
             for process in [outer, *outer.children(recursive=True)]:
-                if "labkit._serve_child" in " ".join(process.cmdline()):
+                # the wrappers' own command lines hold the served command as arguments
+                if process.cmdline()[1:3] == ["-m", "labkit._serve_child"]:
                     return int(process.pid)
         except psutil.Error:
             pass
@@ -132,7 +134,7 @@ def start_proxy(
         env=env,
         inherit_env=False,
         cwd=cwd,
-        start_timeout=PROXY_START_TIMEOUT_S,
+        start_timeout=PROXY_START_TIMEOUT_S * budget_scale(),  # longer below one CPU
         wrap=wrap,
         cgroup=cgroup,
     )

@@ -30,7 +30,8 @@ def test_weights_share_out_max_score_over_the_counted_checks(tmp_path: Path) -> 
     [
         (
             "max_scor = 10\n",
-            "unknown key 'max_scor'; expected max_score, submission_timeout_s, weights",
+            "unknown key 'max_scor'; expected max_score, submission_timeout_s, inconclusive, "
+            "weights",
         ),
         ("[weights]\ntrikle = 1\n", "unknown check 'trikle' in [weights]; expected trickle, "),
         ("[weights]\ncancel = -1\n", "weights.cancel = -1 is not valid; expected a number >= 0"),

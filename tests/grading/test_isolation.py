@@ -9,10 +9,12 @@ import sys
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from labkit import serve
 from labkit.grading.isolation import Cgroup, Limits, NoSandbox, choose
+from labkit.grading.sandbox import start_proxy
 from labkit.upstream import MockUpstream
 from mock_upstream import DEBUG_TOKEN_HEADER, create_app
 
@@ -104,3 +106,36 @@ def test_the_mock_keeps_its_books_to_whoever_has_the_token() -> None:
         )
         assert MockUpstream(mock.url, token="s3cret").requests() == []
         assert httpx.get(mock.url + "/v1/models").status_code == 200  # the API stays open
+
+
+def test_a_cgroup_is_made_below_the_graders_own(tmp_path: Path) -> None:
+    """So the instructor's container or job limits hold for the proxies too (cgroup v1 here,
+    a tree per controller; v2 has one tree)."""
+    for controller in ("memory", "pids"):
+        (tmp_path / controller / "job" / "grader").mkdir(parents=True)
+    proc = "5:memory:/job/grader\n4:pids:/job\n0::/\n"
+    cgroup = Cgroup.create(Limits(), root=tmp_path, proc_cgroup=proc)
+    assert cgroup is not None
+    try:
+        assert cgroup.dirs["memory"].parent == tmp_path / "memory" / "job" / "grader"
+        assert cgroup.dirs["pids"].parent == tmp_path / "pids" / "job"
+        assert (cgroup.dirs["memory"] / "memory.limit_in_bytes").read_text() == str(
+            Limits().memory_bytes
+        )
+    finally:
+        cgroup.remove()
+
+
+def test_the_served_process_is_found_inside_the_sandbox_wrappers(tmp_path: Path) -> None:
+    """Its memory is what backpressure reports; the wrappers' command lines also name it."""
+    submission = tmp_path / "proxy.py"
+    submission.write_text("from starlette.applications import Starlette\napp = Starlette()\n")
+    proxy = start_proxy(
+        submission, upstream_url="http://127.0.0.1:9", usage_log=tmp_path / "u", cwd=tmp_path
+    )
+    try:
+        assert proxy.server_pid is not None
+        command = psutil.Process(proxy.server_pid).cmdline()
+        assert command[1:3] == ["-m", "labkit._serve_child"]
+    finally:
+        proxy.stop()

@@ -23,8 +23,14 @@ from labkit.checks.context import Outcome
 from labkit.checks.keepalive import _silence
 from labkit.checks.machine import cpu_limit
 from labkit.checks.result import INCONCLUSIVE
-from labkit.grading.report import SubmissionReport
-from labkit.grading.rubric import Rubric
+from labkit.grading.report import (
+    SubmissionReport,
+    csv_row,
+    feedback_markdown,
+    gradescope_results,
+    render_table,
+)
+from labkit.grading.rubric import Rubric, RubricError
 
 CPU = 0.5
 MEMORY_MB = 768
@@ -116,6 +122,36 @@ def test_an_inconclusive_check_never_costs_a_point() -> None:
     again = SubmissionReport.from_json(report.to_json(), Rubric())
     [back] = [r for r in again.results if r.id == "backpressure"]
     assert back.inconclusive and again.score == 100
+
+
+def test_inconclusive_is_shown_as_such_and_scored_as_the_rubric_says() -> None:
+    undecided = Outcome("backpressure", "09_backpressure_and_slow_clients").inconclusive(
+        "inconclusive: the machine was too slow to fill the socket buffers in time",
+        "the upstream was still moving",
+        {"lead_tokens": 89990},
+    )
+    passed = CheckResult("trickle", True, "tokens reach the client", {})
+    failed = CheckResult("cancel", False, "the upstream went on", {}, "cancel it")
+    left_out = SubmissionReport("ana", "ana.py", [passed, failed, undecided], Rubric())
+    awarded = SubmissionReport(
+        "ana", "ana.py", [passed, failed, undecided], Rubric(inconclusive="award")
+    )
+    assert (left_out.score, left_out.max_score) == (50, 100)
+    assert (awarded.score, awarded.max_score) == (66.67, 100)
+    table = render_table(left_out)
+    assert "????  backpressure" in table and "1 inconclusive on this machine, not counted" in table
+    assert csv_row(left_out)["backpressure"] == "inconclusive"
+    assert "Not decided on the grader's machine" in feedback_markdown(awarded)
+    [test] = [t for t in gradescope_results(awarded)["tests"] if t["name"].startswith("back")]
+    assert test["status"] == "passed" and test["score"] == test["max_score"] > 0
+    [test] = [t for t in gradescope_results(left_out)["tests"] if t["name"].startswith("back")]
+    assert test["max_score"] == 0 and "never counts against you" in test["output"]
+
+
+def test_the_rubric_says_what_an_inconclusive_check_is_worth() -> None:
+    assert Rubric.from_mapping({"inconclusive": "award"}).awards_inconclusive
+    with pytest.raises(RubricError, match="expected 'leave_out' or 'award'"):
+        Rubric.from_mapping({"inconclusive": "pass"})
 
 
 def _sample(t: float, generated: int, reads: int) -> Sample:
