@@ -3,6 +3,9 @@
     labkit grade proxy.py [--json] [--gradescope results.json] [--rubric rubric.toml]
     labkit grade --url http://127.0.0.1:8080 --upstream http://127.0.0.1:8001
     labkit grade --roster submissions/ --out grades/ [--jobs N] [--reference solutions/proxy.py]
+    labkit grade --roster submissions/ --shard 2/4 --out grades-2/   (one of four machines)
+    labkit merge grades-1/ grades-2/ grades-3/ grades-4/ --out grades/
+    labkit autograder gradescope --out autograder.zip [--rubric rubric.toml]
     labkit doctor
     labkit student [notebooks/] --out student/
 
@@ -16,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
 import json
 import sys
 from collections.abc import Sequence
@@ -24,15 +26,15 @@ from pathlib import Path
 
 from labkit.checks import CHECK_IDS
 from labkit.errors import LabkitError
-from labkit.grading.grader import agrade_url
-from labkit.grading.report import (
-    CSV_FIELDS,
-    SubmissionReport,
-    csv_row,
-    feedback_markdown,
-    gradescope_results,
-    render_table,
+from labkit.grading.class_results import (
+    ClassResults,
+    merge,
+    parse_shard,
+    summary_lines,
+    write_results,
 )
+from labkit.grading.grader import agrade_url
+from labkit.grading.report import SubmissionReport, gradescope_results, render_table
 from labkit.grading.roster import (
     GradingError,
     Submission,
@@ -42,12 +44,7 @@ from labkit.grading.roster import (
     grade_many,
 )
 from labkit.grading.rubric import Rubric
-from labkit.grading.similarity import (
-    DEFAULT_THRESHOLD,
-    SimilarityRow,
-    compare_roster,
-    similarity_markdown,
-)
+from labkit.grading.similarity import DEFAULT_THRESHOLD, SimilarityRow
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -79,6 +76,12 @@ def _add_grade(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     grade.add_argument("--roster", nargs="+", metavar="PATH", help="submission files or folders")
     grade.add_argument("--out", help="with --roster: folder for grades.csv and feedback files")
     grade.add_argument("--jobs", type=int, help="with --roster: submissions graded at once")
+    grade.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="with --roster: grade only the K-th of N disjoint slices (1-based); join the "
+        "slices' --out folders with `labkit merge`",
+    )
     grade.add_argument(
         "--reference",
         metavar="PATH",
@@ -149,29 +152,6 @@ def _similarity_threshold(args: argparse.Namespace) -> float:
     return threshold
 
 
-def _roster_similarity(
-    args: argparse.Namespace, submissions: Sequence[Submission], threshold: float
-) -> tuple[dict[str, SimilarityRow], Path] | None:
-    """Each submission's closest matches, and the reference they were measured against; None
-    (said on stderr) when there is no reference to take the scaffold from."""
-    reference = Path(args.reference) if args.reference else DEFAULT_REFERENCE
-    if not reference.is_file():
-        if args.reference:
-            raise UsageError(
-                f"There is no reference solution at {reference}. Pass --reference the "
-                "instructor's proxy.py (the one with ### BEGIN SOLUTION regions)."
-            )
-        print(
-            f"Similarity not measured: no {DEFAULT_REFERENCE} here. Pass --reference PATH "
-            "(the instructor's proxy.py) to flag near-copies.",
-            file=sys.stderr,
-        )
-        return None
-    sources = {s.learner: s.path.read_text(encoding="utf-8", errors="replace") for s in submissions}
-    solution = reference.read_text(encoding="utf-8", errors="replace")
-    return compare_roster(sources, reference=solution, threshold=threshold), reference
-
-
 def _near_copy_note(row: SimilarityRow | None) -> str:
     if row is None or row.near_copy is None:
         return ""
@@ -181,17 +161,24 @@ def _near_copy_note(row: SimilarityRow | None) -> str:
 
 
 def _grade_roster(args: argparse.Namespace, rubric: Rubric) -> int:
-    submissions = find_submissions(args.roster)
+    roster = find_submissions(args.roster)
+    order = {s.learner: i for i, s in enumerate(roster)}
+    shard = None
+    if args.shard is not None:
+        try:
+            shard = parse_shard(args.shard)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    submissions = roster if shard is None else shard.take(roster)
     threshold = _similarity_threshold(args)
-    measured = _roster_similarity(args, submissions, threshold)
-    similar = {} if measured is None else measured[0]
-    out = Path(args.out)
-    feedback_dir, json_dir = out / "feedback", out / "reports"
-    feedback_dir.mkdir(parents=True, exist_ok=True)
-    json_dir.mkdir(parents=True, exist_ok=True)
+    # a shard sees only its slice: similarity is measured over the class by `labkit merge`
+    reference = None if shard is not None else _reference(args)
     jobs = args.jobs or default_jobs()
     total = len(submissions)
-    print(f"Grading {total} submissions, {jobs} at a time", file=sys.stderr)
+    where = "" if shard is None else f" (shard {shard} of a roster of {len(roster)})"
+    print(f"Grading {total} submissions{where}, {jobs} at a time", file=sys.stderr)
+    if total == 0:
+        print("This shard has no submissions: nothing to grade.", file=sys.stderr)
 
     def progress(done: int, report: SubmissionReport) -> None:
         state = report.problem.kind if report.problem else f"{report.passed_count} passed"
@@ -205,30 +192,133 @@ def _grade_roster(args: argparse.Namespace, rubric: Rubric) -> int:
     reports = grade_many(
         submissions, rubric, rubric_path=args.rubric, jobs=jobs, only=args.only, on_done=progress
     )
-    with open(out / "grades.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(CSV_FIELDS))
-        writer.writeheader()
-        for report in reports:
-            writer.writerow(csv_row(report, similar.get(report.name)))
-    for report in reports:
-        feedback = feedback_markdown(report, similar.get(report.name))
-        (feedback_dir / f"{report.name}.md").write_text(feedback)
-        (json_dir / f"{report.name}.json").write_text(json.dumps(report.to_json(), indent=2))
-    if measured is not None:
-        (out / "similarity.md").write_text(similarity_markdown(similar, reference=str(measured[1])))
+    sources = {s.learner: s.path.read_text(encoding="utf-8", errors="replace") for s in submissions}
+    written = write_results(
+        Path(args.out),
+        reports,
+        sources,
+        order=order,
+        total=len(roster),
+        shard=shard,
+        reference=reference,
+        threshold=threshold,
+    )
+    _print_class(written, threshold)
+    if shard is not None:
+        print(f"Shard {shard} done: join every shard's folder with `labkit merge ... --out DIR`.")
+    return _exit_code(reports)
+
+
+def _reference(args: argparse.Namespace) -> tuple[Path, str] | None:
+    """The reference solution to measure similarity against; None (said on stderr) when there
+    is none to take the scaffold from."""
+    reference = Path(args.reference) if args.reference else DEFAULT_REFERENCE
+    if not reference.is_file():
+        if args.reference:
+            raise UsageError(
+                f"There is no reference solution at {reference}. Pass --reference the "
+                "instructor's proxy.py (the one with ### BEGIN SOLUTION regions)."
+            )
+        print(
+            f"Similarity not measured: no {DEFAULT_REFERENCE} here. Pass --reference PATH "
+            "(the instructor's proxy.py) to flag near-copies.",
+            file=sys.stderr,
+        )
+        return None
+    return reference, reference.read_text(encoding="utf-8", errors="replace")
+
+
+def _print_class(written: ClassResults, threshold: float) -> None:
+    reports, similar, out = written.reports, written.similarity or {}, written.out
+    if not reports:
+        return
     width = max(len(r.name) for r in reports)
     for report in reports:
         problem = f"  [{report.problem.kind}]" if report.problem else ""
         note = _near_copy_note(similar.get(report.name))
         print(f"{report.name:<{width}}  {report.score:g}/{report.max_score:g}{problem}{note}")
-    print(f"Wrote {out / 'grades.csv'} and {len(reports)} feedback files in {feedback_dir}")
-    if measured is not None:
+    for line in summary_lines(reports):
+        print(line)
+    print(
+        f"Wrote {out / 'grades.csv'} and {len(reports)} feedback files in {out / 'feedback'} "
+        f"(the class at a glance: {out / 'feedback' / 'summary.png'})"
+    )
+    if written.similarity is not None:
         flagged = sum(bool(row.flag) for row in similar.values())
         print(
             f"Similarity: {flagged} of {len(reports)} flagged above {threshold:.2f} in "
             f"{out / 'similarity.md'} (shown to you, not scored)"
         )
-    return _exit_code(reports)
+
+
+# ---------------------------------------------------------------------------------------------
+# labkit merge
+
+
+def _add_merge(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    merge_cmd = subcommands.add_parser(
+        "merge",
+        help="join the folders of sharded roster runs into one grades.csv and feedback folder",
+        description="Join `labkit grade --roster ... --shard K/N --out OUT` folders into one.",
+    )
+    merge_cmd.add_argument("folders", nargs="+", metavar="OUT", help="each shard's --out folder")
+    merge_cmd.add_argument("--out", required=True, help="new folder for the merged results")
+    merge_cmd.add_argument("--rubric", help="the rubric the shards were graded with")
+    merge_cmd.add_argument(
+        "--reference",
+        metavar="PATH",
+        help=f"the instructor's proxy.py, for similarity (default: {DEFAULT_REFERENCE})",
+    )
+    merge_cmd.add_argument(
+        "--similar-above", type=float, metavar="SCORE", help="as for labkit grade --roster"
+    )
+    merge_cmd.set_defaults(run=_run_merge)
+
+
+def _run_merge(args: argparse.Namespace) -> int:
+    rubric = Rubric.load(args.rubric)
+    threshold = _similarity_threshold(args)
+    written = merge(
+        [Path(f) for f in args.folders],
+        Path(args.out),
+        rubric,
+        reference=_reference(args),
+        threshold=threshold,
+    )
+    _print_class(written, threshold)
+    return _exit_code(written.reports)
+
+
+# ---------------------------------------------------------------------------------------------
+# labkit autograder
+
+
+def _add_autograder(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    autograder = subcommands.add_parser(
+        "autograder",
+        help="write an autograder for a grading service (gradescope)",
+        description="Write Gradescope's autograder zip: setup.sh, run_autograder, the rubric "
+        "and the grader, no solution.",
+    )
+    autograder.add_argument("service", choices=["gradescope"], help="the grading service")
+    autograder.add_argument("--out", default="autograder.zip", help="the zip to write")
+    autograder.add_argument("--rubric", help="TOML rubric to ship (default: the defaults)")
+    autograder.set_defaults(run=_run_autograder)
+
+
+def _run_autograder(args: argparse.Namespace) -> int:
+    from labkit.grading.autograder import write_gradescope_zip
+
+    out = Path(args.out)
+    if out.suffix != ".zip":
+        raise UsageError(f"--out {out} should end in .zip: Gradescope takes a zip file.")
+    names = write_gradescope_zip(out, Rubric.load(args.rubric))
+    print(f"Wrote {out} ({len(names)} files: setup.sh, run_autograder, rubric.toml, grader/).")
+    print(
+        "Upload it as the assignment's autograder (Configure Autograder > Zip file upload). "
+        "See the README's Gradescope section for the container size and timeout to choose."
+    )
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,6 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_grade(subcommands)
     _add_doctor(subcommands)
     _add_student(subcommands)
+    _add_merge(subcommands)
+    _add_autograder(subcommands)
     return parser
 
 

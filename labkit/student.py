@@ -9,6 +9,7 @@
     out/notebooks/         the learner notebooks: solution regions stubbed, outputs cleared
     out/labkit/, out/mock_upstream/   the helper packages (no solution in either)
     out/binder/            environment.yml and postBuild for repo2docker (mybinder.org)
+    out/.github/workflows/classroom.yml   GitHub Classroom autograding: one graded step per check
 
 A region in ``proxy.py`` is stubbed with the name of the notebook whose ``%%proxy_part`` cell
 writes that function, so a stub tells the learner (and the grader's verdicts) where to go.
@@ -17,17 +18,15 @@ See :mod:`labkit.regions` for the stubs themselves.
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 
-import labkit
-import mock_upstream
 from labkit.errors import LabkitError
+from labkit.grading.classroom import workflow
+from labkit.packaging import copy_packages, pyproject, render, requirements
 from labkit.proxy_file import PART_MAGIC, part_functions
 from labkit.regions import BEGIN, END, SolutionRegionError, regions, strip_solutions
 
@@ -44,8 +43,6 @@ __all__ = [
     "strip_solutions",
 ]
 
-DISTRIBUTION = "streaming-proxy-lab"
-TEMPLATES = Path(__file__).parent / "bundle_files"
 BINDER_PLACEHOLDER = "YOUR-ORG/YOUR-REPO"
 
 
@@ -165,27 +162,6 @@ def stub_proxy(solution: str, notebooks_dir: Path) -> tuple[str, int]:
     )
 
 
-def _requirements() -> list[str]:
-    requires = importlib.metadata.requires(DISTRIBUTION) or []
-    return [r for r in requires if "extra ==" not in r]
-
-
-def _copy_package(package: Path, into: Path) -> None:
-    shutil.copytree(
-        package, into / package.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-    )
-
-
-def _render(name: str, **values: str) -> str:
-    text = (TEMPLATES / name).read_text(encoding="utf-8")
-    for key, value in values.items():
-        text = text.replace(f"@{key}@", value)
-    leftover = re.search(r"@[A-Z_]+@", text)
-    if leftover:
-        raise LabkitError(f"bundle template {name} has no value for {leftover.group(0)}")
-    return text
-
-
 def make_bundle(
     notebooks: Path, solution: Path, out: Path, *, binder_repo: str = BINDER_PLACEHOLDER
 ) -> Bundle:
@@ -207,20 +183,20 @@ def make_bundle(
     copies = make_student_copies(notebooks, out / "notebooks")
     proxy = out / "proxy.py"
     proxy.write_text(proxy_source, encoding="utf-8")
-    for package in (Path(labkit.__file__).parent, Path(mock_upstream.__file__).parent):
-        _copy_package(package, out)
+    copy_packages(out)
 
-    requirements = _requirements()
-    pip_lines = "\n".join(f'    "{r}",' for r in requirements)
-    conda_pip = "\n".join(f"      - {r}" for r in requirements)
-    version = importlib.metadata.version(DISTRIBUTION)
+    conda_pip = "\n".join(f"      - {r}" for r in requirements())
     files = {
-        "README.md": _render("README.md", BINDER_REPO=binder_repo),
-        "Makefile": _render("Makefile"),
-        "pyproject.toml": _render("pyproject.toml.in", VERSION=version, DEPENDENCIES=pip_lines),
-        "binder/environment.yml": _render("environment.yml", PIP_DEPENDENCIES=conda_pip),
-        "binder/postBuild": _render("postBuild"),
-        ".gitignore": _render("gitignore"),
+        "README.md": render("README.md", BINDER_REPO=binder_repo),
+        "Makefile": render("Makefile"),
+        "pyproject.toml": pyproject(
+            "streaming-proxy-lab-learner",
+            "The Streaming Proxy Lab, learner bundle: notebooks, helpers, a mock upstream.",
+        ),
+        "binder/environment.yml": render("environment.yml", PIP_DEPENDENCIES=conda_pip),
+        "binder/postBuild": render("postBuild"),
+        ".gitignore": render("gitignore"),
+        ".github/workflows/classroom.yml": workflow(),
     }
     for name, text in files.items():
         target = out / name

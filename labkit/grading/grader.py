@@ -164,6 +164,7 @@ async def agrade_file(
         )
     finally:
         await _stop(servers)
+        await asyncio.to_thread(isolation.reap)
         shutil.rmtree(sandbox, ignore_errors=True)
     if problem is not None and not any(i in results for i in to_run):
         not_run = _not_run(to_run, "not run: the proxy could not be graded")

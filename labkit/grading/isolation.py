@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -34,6 +36,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+import psutil
 
 import labkit
 import mock_upstream
@@ -48,6 +52,7 @@ __all__ = [
     "Limits",
     "NoSandbox",
     "choose",
+    "in_container",
 ]
 
 Kind = Literal["bubblewrap", "none"]
@@ -201,6 +206,11 @@ class Isolation:
     def prepare(self, folders: Iterable[Path]) -> None:
         """Make ``folders`` (the submission's own) usable by the process that will run there."""
 
+    def reap(self) -> int:
+        """Kill what the submission left running once its grading ends (beyond its cgroup and
+        PID namespace, which go with the proxy); how many processes that was."""
+        return 0
+
     def wrap(
         self, argv: list[str], *, cgroup: Cgroup | None, writable: Iterable[Path]
     ) -> list[str]:
@@ -221,7 +231,111 @@ class Isolation:
 
 
 class NoSandbox(Isolation):
+    """No sandbox: as root, the proxy still runs as a user of its own (a uid no other
+    grading uses), so it cannot write the grader's files, and every process it started, in any
+    session, is killed by ``reap`` when the grading ends. Inside a container (Gradescope runs
+    one per submission) the container is the sandbox around all of it."""
+
     kind: Kind = "none"
+
+    def __init__(self, limits: Limits, reason: str = "", *, drop: bool | None = None) -> None:
+        """``drop``: run learner code as a user of its own; by default when root, with
+        ``setpriv``, and Python and the lab's packages readable by another user."""
+        super().__init__(limits, reason)
+        self.why_not_drop = ""
+        if os.geteuid() != 0 or shutil.which("setpriv") is None:
+            drop = False
+        elif drop is None:
+            self.why_not_drop = _unreachable(_needed_paths())
+            drop = not self.why_not_drop
+        self.uid: int | None = _grading_uid() if drop else None
+
+    def describe(self) -> str:
+        where = "inside a container, which is the sandbox: " if in_container() else ""
+        rights = (
+            "learner code ran with the grader's own rights"
+            + (f" ({self.why_not_drop})" if self.why_not_drop else "")
+            if self.uid is None
+            else f"learner code ran as an unprivileged user of its own (uid {self.uid}), every "
+            "process it started killed at the end"
+        )
+        return (
+            f"{where}no sandbox of its own ({self.reason}): {rights}; "
+            f"limits: {self.limits.describe(cgroup=os.geteuid() == 0)}"
+        )
+
+    def prepare(self, folders: Iterable[Path]) -> None:
+        if self.uid is not None:
+            for folder in folders:
+                os.chown(folder, self.uid, self.uid)
+
+    def wrap(
+        self, argv: list[str], *, cgroup: Cgroup | None, writable: Iterable[Path]
+    ) -> list[str]:
+        command = self._limits(argv, cgroup=cgroup)
+        if self.uid is None:
+            return command
+        drop = ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--"]
+        return [*drop, *command]
+
+    def reap(self) -> int:
+        """SIGKILL every process of this grading's user; how many there were."""
+        if self.uid is None:
+            return 0
+        killed = 0
+        for process in psutil.process_iter(["uids"]):
+            try:
+                if process.info["uids"] is not None and process.info["uids"].real == self.uid:
+                    process.kill()
+                    killed += 1
+            except psutil.Error:
+                continue
+        return killed
+
+
+def _needed_paths() -> list[str]:
+    """What a proxy process must reach: the interpreter and the lab's packages."""
+    return [
+        os.path.realpath(sys.executable),
+        os.path.dirname(os.path.abspath(labkit.__file__ or "")),
+        os.path.dirname(os.path.abspath(mock_upstream.__file__ or "")),
+    ]
+
+
+def _unreachable(paths: Iterable[str]) -> str:
+    """'' if a user with no group of ours can reach every path, else which one it cannot."""
+    for path in paths:
+        for folder in [*reversed(Path(path).parents), Path(path)]:
+            try:
+                mode = folder.stat().st_mode
+            except OSError:
+                continue
+            if not mode & stat.S_IXOTH:
+                return f"{path} is not reachable by another user: {folder} is closed to others"
+    return ""
+
+
+def _grading_uid() -> int:
+    """A uid no account and no other grading on this machine uses (60000-64999)."""
+    busy = set()
+    for process in psutil.process_iter(["uids"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            busy.add(process.info["uids"].real)
+    while True:
+        uid = secrets.randbelow(5000) + 60000
+        if uid not in busy:
+            return uid
+
+
+def in_container() -> bool:
+    """Docker, Podman or a Kubernetes pod, by the marks they leave."""
+    if Path("/.dockerenv").exists() or Path("/run/.containerenv").exists():
+        return True
+    try:
+        text = Path("/proc/1/cgroup").read_text()
+    except OSError:
+        return False
+    return any(mark in text for mark in ("docker", "kubepods", "containerd", "libpod"))
 
 
 class Bubblewrap(Isolation):

@@ -83,6 +83,18 @@ class Rubric:
             "weights": {i: self.weight(i) for i in CHECK_IDS},
         }
 
+    def to_toml(self) -> str:
+        """This rubric as a TOML file that ``load`` reads back to an equal rubric."""
+        lines = [
+            f"max_score = {self.max_score:g}",
+            f"submission_timeout_s = {self.submission_timeout_s:g}",
+            f'inconclusive = "{self.inconclusive}"',
+            "",
+            "[weights]",
+            *(f"{i} = {self.weight(i):g}" for i in CHECK_IDS),
+        ]
+        return "\n".join(lines) + "\n"
+
     @classmethod
     def load(cls, path: str | Path | None) -> Rubric:
         """The rubric in ``path`` (TOML), or the defaults for None. Raises ``RubricError``."""

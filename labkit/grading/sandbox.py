@@ -39,7 +39,17 @@ __all__ = [
     "start_proxy",
 ]
 
-KEPT_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "PYTHONPATH", "SYSTEMROOT")
+# LABKIT_SANDBOX is the instructor's choice of sandbox (labkit.grading.isolation.choose)
+KEPT_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "PYTHONPATH",
+    "SYSTEMROOT",
+    "LABKIT_SANDBOX",
+)
 PROXY_START_TIMEOUT_S = 8.0
 AGAIN = "Fix it and grade again."
 

@@ -1,0 +1,66 @@
+"""The Gradescope autograder zip: ``labkit autograder gradescope --out autograder.zip``.
+
+Gradescope unpacks the zip into ``/autograder/source``, runs ``setup.sh`` there once to build
+the image, and then, for each submission, ``run_autograder`` (copied to ``/autograder``). The
+zip holds::
+
+    setup.sh          a Python >= 3.11, bubblewrap where allowed, the grader in /autograder/venv
+    run_autograder    python -m labkit.grading.gradescope; a results.json whatever happens
+    rubric.toml       the instructor's weights and limits (the defaults when none is given)
+    grader/           pyproject.toml with the lab's pins, labkit/ and mock_upstream/
+
+No solution is in it: the grader needs none.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+import zipfile
+from pathlib import Path
+
+from labkit.grading.rubric import Rubric
+from labkit.packaging import copy_packages, pyproject, render
+
+__all__ = ["ENTRYPOINTS", "write_gradescope_zip"]
+
+ENTRYPOINTS = ("setup.sh", "run_autograder")
+EXECUTABLE = 0o755
+
+
+def _add(archive: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o644) -> None:
+    info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+    info.external_attr = (stat.S_IFREG | mode) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    archive.writestr(info, data)
+
+
+def write_gradescope_zip(out: Path, rubric: Rubric | None = None) -> list[str]:
+    """Write the autograder zip to ``out``; returns the names in it, in order."""
+    rubric = rubric or Rubric()
+    files: dict[str, tuple[bytes, int]] = {
+        "setup.sh": (render("gradescope_setup.sh").encode(), EXECUTABLE),
+        "run_autograder": (render("gradescope_run_autograder").encode(), EXECUTABLE),
+        "rubric.toml": (rubric.to_toml().encode(), 0o644),
+        "grader/pyproject.toml": (
+            pyproject(
+                "streaming-proxy-lab-grader",
+                "The Streaming Proxy Lab's grader, as a Gradescope autograder.",
+            ).encode(),
+            0o644,
+        ),
+    }
+    with tempfile.TemporaryDirectory(prefix="labkit-autograder-") as scratch:
+        copy_packages(Path(scratch))
+        for path in sorted(Path(scratch).rglob("*")):
+            if path.is_file():
+                name = "grader/" + path.relative_to(scratch).as_posix()
+                files[name] = (path.read_bytes(), 0o644)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    with zipfile.ZipFile(partial, "w") as archive:
+        for name, (data, mode) in files.items():
+            _add(archive, name, data, mode)
+    os.replace(partial, out)
+    return list(files)

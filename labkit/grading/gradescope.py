@@ -1,0 +1,176 @@
+"""Gradescope: grade the file in ``submission/`` and always leave a ``results/results.json``.
+
+Gradescope runs ``run_autograder`` once per submission in a fresh container, with the
+learner's upload in ``$AUTOGRADER_ROOT/submission`` (default ``/autograder``), and reads
+``results/results.json`` afterwards. When that file is missing or not JSON, all the learner sees
+is "The autograder failed to execute correctly", so ``run`` writes one in every case: score 0
+and a plain message for nothing submitted, a notebook instead of ``proxy.py``, a syntax or
+import error, and a crash of the grader itself.
+
+``python -m labkit.grading.gradescope [--root DIR] [--rubric TOML]`` is what
+``run_autograder`` calls (see ``labkit.grading.autograder`` for the zip that carries it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labkit.grading.report import SubmissionReport, feedback_markdown, gradescope_results
+from labkit.grading.roster import Submission, grade_in_worker
+from labkit.grading.rubric import Rubric
+
+__all__ = ["DEFAULT_ROOT", "Found", "NotGradable", "find_submission", "main", "run"]
+
+DEFAULT_ROOT = Path("/autograder")
+EXPECTED = "proxy.py"
+SKIPPED_DIRS = {".git", ".ipynb_checkpoints", "__pycache__", ".venv", "venv", "node_modules"}
+# The learner bundle's own packages, uploaded with a whole repository: never the submission.
+BUNDLE_PACKAGES = {"labkit", "mock_upstream", "notebooks", "binder", ".github"}
+TTFT_BOARD = "TTFT added by the proxy (ms)"
+
+
+class NotGradable(Exception):
+    """The upload holds nothing that can be graded; the message says what to upload."""
+
+
+@dataclass(frozen=True)
+class Found:
+    path: Path
+    note: str = ""  # said in the feedback when the file was not called proxy.py
+
+
+def _files(folder: Path) -> list[Path]:
+    found: list[Path] = []
+    for path in sorted(folder.rglob("*")):
+        parts = path.relative_to(folder).parts
+        if any(p in SKIPPED_DIRS for p in parts) or parts[0] in BUNDLE_PACKAGES:
+            continue
+        if path.is_file():
+            found.append(path)
+    return found
+
+
+def find_submission(folder: Path) -> Found:
+    """The file to grade in ``folder``: ``proxy.py`` (the shallowest), else its only ``.py``
+    file. Raises ``NotGradable`` with what to upload instead."""
+    files = _files(folder) if folder.is_dir() else []
+    proxies = sorted((p for p in files if p.name == EXPECTED), key=lambda p: len(p.parts))
+    if proxies:
+        return Found(proxies[0])
+    python = [p for p in files if p.suffix == ".py"]
+    if len(python) == 1:
+        return Found(
+            python[0],
+            f"There was no {EXPECTED}, so {python[0].relative_to(folder)} was graded as your "
+            f"proxy. Name it {EXPECTED} next time.",
+        )
+    if len(python) > 1:
+        listed = ", ".join(str(p.relative_to(folder)) for p in python[:6])
+        raise NotGradable(
+            f"Your upload has no {EXPECTED} but several Python files ({listed}), and the "
+            f"grader cannot tell which is your proxy. Rename yours to {EXPECTED} and upload "
+            "it again."
+        )
+    if any(p.suffix == ".ipynb" for p in files):
+        raise NotGradable(
+            f"You uploaded a notebook. The grader grades {EXPECTED}, the file your notebooks' "
+            f"build-it cells wrote (next to the notebooks folder; `make grade` grades the same "
+            f"file). Upload {EXPECTED} instead."
+        )
+    if not files:
+        raise NotGradable(
+            f"Nothing was submitted. Upload {EXPECTED}, the file your notebooks' build-it "
+            "cells wrote."
+        )
+    listed = ", ".join(str(p.relative_to(folder)) for p in files[:6])
+    raise NotGradable(
+        f"Your upload ({listed}) has no Python file. Upload {EXPECTED}, the file your "
+        "notebooks' build-it cells wrote."
+    )
+
+
+def _message_only(message: str, started: float) -> dict[str, Any]:
+    return {
+        "score": 0,
+        "output": message,
+        "execution_time": round(time.monotonic() - started),
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": [],
+    }
+
+
+def _leaderboard(report: SubmissionReport) -> list[dict[str, Any]]:
+    trickle = report.result("trickle")
+    if trickle is None or not trickle.passed:
+        return []
+    lag = trickle.evidence.get("first_token_lag_ms")
+    if not isinstance(lag, int | float):
+        return []
+    return [{"name": TTFT_BOARD, "value": round(float(lag), 1), "order": "asc"}]
+
+
+def results_for(report: SubmissionReport, note: str = "") -> dict[str, Any]:
+    """Gradescope's results for a graded file: the tests, the feedback as Markdown, and the
+    time the proxy added to the first token on the leaderboard."""
+    results = gradescope_results(report)
+    feedback = feedback_markdown(report)
+    results["output"] = f"{note}\n\n{feedback}" if note else feedback
+    results["output_format"] = "md"
+    board = _leaderboard(report)
+    if board:
+        results["leaderboard"] = board
+    return results
+
+
+def run(root: Path, rubric_path: str | None = None) -> dict[str, Any]:
+    """Grade ``root/submission`` and write ``root/results/results.json``; returns what it
+    wrote. Never raises for anything the submission or the grader does."""
+    started = time.monotonic()
+    target = root / "results" / "results.json"
+    try:
+        rubric = Rubric.load(rubric_path)
+        found = find_submission(root / "submission")
+        report = grade_in_worker(
+            Submission(found.path.stem, found.path), rubric, rubric_path=rubric_path
+        )
+        results = results_for(report, found.note)
+    except NotGradable as exc:
+        results = _message_only(str(exc), started)
+    except Exception:  # the grader's own failure: still a results file, and the log says why
+        traceback.print_exc()
+        results = _message_only(
+            "The grader itself failed before it could grade your file; this is not a verdict "
+            "on your proxy. Tell your instructor (the run's log has the details) and submit "
+            "again later.",
+            started,
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labkit.grading.gradescope")
+    parser.add_argument(
+        "--root",
+        default=os.environ.get("AUTOGRADER_ROOT", str(DEFAULT_ROOT)),
+        help="the autograder folder (default: $AUTOGRADER_ROOT, else /autograder)",
+    )
+    parser.add_argument("--rubric", help="the rubric TOML shipped in the autograder zip")
+    args = parser.parse_args(argv)
+    results = run(Path(args.root), args.rubric)
+    print(f"score {results['score']}; wrote {Path(args.root) / 'results' / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
