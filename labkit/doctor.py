@@ -20,6 +20,8 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from labkit.packaging import installed_distribution
+
 __all__ = [
     "DISTRIBUTION",
     "DoctorLine",
@@ -29,7 +31,7 @@ __all__ = [
     "run_doctor",
 ]
 
-DISTRIBUTION = "streaming-proxy-lab"
+DISTRIBUTION = installed_distribution()
 DoctorStatus = Literal["ok", "warn", "fail"]
 _REINSTALL = (
     "run `make lab` (or `.venv/bin/pip install -e '.[dev]'`) to install the pinned versions"

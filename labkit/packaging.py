@@ -17,10 +17,32 @@ import labkit
 import mock_upstream
 from labkit.errors import LabkitError
 
-__all__ = ["DISTRIBUTION", "TEMPLATES", "copy_packages", "pyproject", "render", "requirements"]
+__all__ = [
+    "DISTRIBUTION",
+    "SHIPPED_AS",
+    "TEMPLATES",
+    "copy_packages",
+    "installed_distribution",
+    "pyproject",
+    "render",
+    "requirements",
+]
 
 DISTRIBUTION = "streaming-proxy-lab"
+# the same packages as installed by the learner bundle and by the Gradescope autograder
+SHIPPED_AS = ("streaming-proxy-lab", "streaming-proxy-lab-learner", "streaming-proxy-lab-grader")
 TEMPLATES = Path(__file__).parent / "bundle_files"
+
+
+def installed_distribution() -> str:
+    """The name labkit is installed under here (``DISTRIBUTION`` when none is found)."""
+    for name in SHIPPED_AS:
+        try:
+            importlib.metadata.metadata(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        return name
+    return DISTRIBUTION
 
 
 def requirements() -> list[str]:

@@ -46,5 +46,10 @@ command -v bwrap >/dev/null 2>&1 || apt_install bubblewrap || echo "setup.sh: no
 "$PYTHON" -m venv "$ROOT/venv"
 "$ROOT/venv/bin/python" -m pip install --quiet --upgrade pip
 "$ROOT/venv/bin/python" -m pip install --quiet "$SOURCE/grader"
-"$ROOT/venv/bin/labkit" doctor || true  # what the grader found here, for the build log
+# What the grader will find here, for the build log: its sandbox and the CPU it may use.
+"$ROOT/venv/bin/python" -c 'from labkit.checks import machine
+from labkit.grading.isolation import choose
+print("setup.sh: learner code will run in:", choose().describe())
+print("setup.sh: machine:", machine.describe())'
+
 echo "setup.sh: done"

@@ -118,7 +118,8 @@ def write_results(
     ordered = sorted(reports, key=lambda r: order[r.name])
     similar: dict[str, SimilarityRow] | None = None
     if reference is not None:
-        similar = compare_roster(dict(sources), reference=reference[1], threshold=threshold)
+        in_order = dict(sorted(sources.items(), key=lambda item: order[item[0]]))  # ties
+        similar = compare_roster(in_order, reference=reference[1], threshold=threshold)
         (out / "similarity.md").write_text(
             similarity_markdown(similar, reference=str(reference[0]))
         )
@@ -215,7 +216,9 @@ def merge(
 
 
 def _failed_most(reports: Sequence[SubmissionReport]) -> list[tuple[str, int]]:
-    failed = Counter(r.id for report in reports for r in report.results if r.status == "failed")
+    """Failures per check, most first, among the submissions that could be graded."""
+    graded = [report for report in reports if report.problem is None]
+    failed = Counter(r.id for report in graded for r in report.results if r.status == "failed")
     return [(i, failed[i]) for i in sorted(CHECK_IDS, key=lambda i: -failed[i]) if failed[i]]
 
 
@@ -246,6 +249,10 @@ def summary_lines(reports: Sequence[SubmissionReport]) -> list[str]:
         lines.append(f"Failed most often: {shown}")
     else:
         lines.append("No check failed.")
+    problems = Counter(r.problem.kind for r in reports if r.problem is not None)
+    if problems:
+        shown = ", ".join(f"{kind} {n}" for kind, n in problems.most_common())
+        lines.append(f"Could not be graded: {sum(problems.values())} ({shown})")
     return lines
 
 
@@ -268,7 +275,7 @@ def summary_chart(reports: Sequence[SubmissionReport], path: Path) -> None:
     checks.barh(
         list(CHECK_IDS)[::-1], [failed.get(i, 0) for i in list(CHECK_IDS)[::-1]], color="#c44e52"
     )
-    checks.set_xlabel("submissions that failed it")
+    checks.set_xlabel("graded submissions that failed it")
     checks.set_title("Failures per check")
     figure.tight_layout()
     figure.savefig(path, dpi=100)

@@ -1,0 +1,111 @@
+"""A class graded in shards on several machines and merged is the class graded in one run:
+the slices are disjoint and cover the roster, and the merged grades.csv is the unsharded one,
+verdict for verdict, similarity included."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from grading_support import REFERENCE, write_variant
+
+from labkit.checks import CheckResult
+from labkit.cli import main
+from labkit.grading.class_results import MergeError, merge, parse_shard, summary_lines
+from labkit.grading.report import SubmissionReport
+from labkit.grading.roster import find_submissions
+from labkit.grading.rubric import Rubric
+
+ONLY = ["trickle", "usage", "upstream_status"]
+
+
+def _roster(tmp_path: Path) -> Path:
+    roster = tmp_path / "roster"
+    roster.mkdir()
+    shutil.copy(REFERENCE, roster / "ana.py")
+    write_variant("no_usage", tmp_path)
+    shutil.copy(tmp_path / "no_usage.py", roster / "ben.py")
+    (roster / "cleo.py").write_text("def broken(:\n")
+    shutil.copy(REFERENCE, roster / "dev.py")  # a copy of ana's: similarity must see it merged
+    write_variant("status_as_200", tmp_path)
+    shutil.copy(tmp_path / "status_as_200.py", roster / "eve.py")
+    return roster
+
+
+def _rows(folder: Path) -> list[dict[str, str]]:
+    with open(folder / "grades.csv", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_shards_are_disjoint_and_cover_the_roster_in_a_stable_order(tmp_path: Path) -> None:
+    for name in ("b.py", "a.py", "e.py", "c.py", "d.py"):
+        (tmp_path / name).write_text("")
+    roster = find_submissions([tmp_path])
+    slices = [parse_shard(f"{k}/3").take(roster) for k in (1, 2, 3)]
+    taken = [s.learner for part in slices for s in part]
+    assert sorted(taken) == ["a", "b", "c", "d", "e"] and len(set(taken)) == 5
+    assert [s.learner for s in slices[0]] == ["a", "d"]
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "1", "a/b", "1/0"])
+def test_a_bad_shard_says_what_to_write(text: str) -> None:
+    with pytest.raises(ValueError, match=r"is not K/N with 1 <= K <= N, e.g. --shard 1/4"):
+        parse_shard(text)
+
+
+@pytest.mark.slow
+def test_merged_shards_equal_the_unsharded_grades(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    roster = _roster(tmp_path)
+    common = ["grade", "--roster", str(roster), "--reference", str(REFERENCE), "--only", *ONLY]
+    assert main([*common, "--out", str(tmp_path / "all")]) == 1
+    for k in (1, 2):
+        assert main([*common, "--shard", f"{k}/2", "--out", str(tmp_path / f"s{k}")]) == 1
+    shards = [_rows(tmp_path / f"s{k}") for k in (1, 2)]
+    names = [{r["learner"] for r in rows} for rows in shards]
+    assert names[0].isdisjoint(names[1]) and len(names[0] | names[1]) == 5
+    assert all(r["similarity"] == "" for rows in shards for r in rows)  # measured when merged
+    capsys.readouterr()
+    merged = tmp_path / "merged"
+    argv = ["merge", str(tmp_path / "s2"), str(tmp_path / "s1"), "--out", str(merged)]
+    assert main([*argv, "--reference", str(REFERENCE)]) == 1
+    shown = capsys.readouterr().out
+    assert _rows(merged) == _rows(tmp_path / "all")
+    dev = next(r for r in _rows(merged) if r["learner"] == "dev")
+    assert dev["most_similar_learner"] == "ana" and dev["similarity_flag"]
+    feedback = sorted(p.name for p in (merged / "feedback").iterdir())
+    assert feedback == sorted(p.name for p in (tmp_path / "all" / "feedback").iterdir())
+    assert "summary.png" in feedback
+    assert "Failed most often: usage (1), upstream_status (1)" in shown
+    assert "Could not be graded: 1 (syntax_error 1)" in shown
+    with pytest.raises(MergeError, match=r"shard 2/2 is missing"):
+        merge([tmp_path / "s1"], tmp_path / "half", Rubric())
+    with pytest.raises(MergeError, match=r"are both shard 1/2"):
+        merge([tmp_path / "s1", tmp_path / "s1"], tmp_path / "twice", Rubric())
+
+
+def test_merging_a_folder_that_is_not_a_roster_run_says_what_to_pass(tmp_path: Path) -> None:
+    with pytest.raises(MergeError, match="is not the --out folder of `labkit grade --roster`"):
+        merge([tmp_path], tmp_path / "out", Rubric())
+    (tmp_path / "roster.json").write_text(json.dumps({"shard": [1, 1]}) + "{")
+    with pytest.raises(MergeError, match="is not valid JSON"):
+        merge([tmp_path], tmp_path / "out", Rubric())
+
+
+def test_the_summary_shows_the_score_distribution_and_the_checks_failed_most() -> None:
+    def report(name: str, passed: bool) -> SubmissionReport:
+        results = [
+            CheckResult("trickle", True, "ok"),
+            CheckResult("cancel", passed, "ok" if passed else "went on", {}, "cancel"),
+        ]
+        return SubmissionReport(name, f"{name}.py", results, Rubric())
+
+    lines = summary_lines([report("a", True), report("b", False), report("c", False)])
+    assert lines[0] == "Scores:"
+    assert lines[6].split()[-2:] == ["2", "#" * 30]  # [50, 60): two of three at 50
+    assert lines[10].split()[-2:] == ["1", "#" * 15]  # [90, 100]: one at 100
+    assert lines[-1] == "Failed most often: cancel (2)"
