@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from labkit.grading.class_results import (
     write_results,
 )
 from labkit.grading.grader import agrade_url
+from labkit.grading.gradescope import message_results
 from labkit.grading.report import SubmissionReport, gradescope_results, render_table
 from labkit.grading.roster import (
     GradingError,
@@ -126,19 +128,25 @@ def _run_grade(args: argparse.Namespace) -> int:
     else:
         path = Path(args.file)
         if not path.is_file():
-            raise UsageError(f"There is no file {path}. Give the path of the proxy.py to grade.")
+            message = f"There is no file {path}. Give the path of the proxy.py to grade."
+            if args.gradescope is not None:  # Gradescope needs a results file whatever happens
+                _write_json(Path(args.gradescope), message_results(message, time.monotonic()))
+            raise UsageError(message)
         report = grade_in_worker(
             Submission(path.name, path), rubric, rubric_path=args.rubric, only=args.only
         )
     if args.gradescope is not None:
-        target = Path(args.gradescope)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(gradescope_results(report), indent=2) + "\n")
+        _write_json(Path(args.gradescope), gradescope_results(report))
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
         print(render_table(report))
     return _exit_code([report])
+
+
+def _write_json(target: Path, data: object) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def _similarity_threshold(args: argparse.Namespace) -> float:

@@ -27,7 +27,16 @@ from labkit.grading.report import SubmissionReport, feedback_markdown, gradescop
 from labkit.grading.roster import Submission, grade_in_worker
 from labkit.grading.rubric import Rubric
 
-__all__ = ["DEFAULT_ROOT", "Found", "NotGradable", "find_submission", "main", "run"]
+__all__ = [
+    "DEFAULT_ROOT",
+    "Found",
+    "NotGradable",
+    "find_submission",
+    "main",
+    "message_results",
+    "results_for",
+    "run",
+]
 
 DEFAULT_ROOT = Path("/autograder")
 EXPECTED = "proxy.py"
@@ -97,7 +106,8 @@ def find_submission(folder: Path) -> Found:
     )
 
 
-def _message_only(message: str, started: float) -> dict[str, Any]:
+def message_results(message: str, started: float) -> dict[str, Any]:
+    """Results with no tests: score 0 and ``message`` for the learner."""
     return {
         "score": 0,
         "output": message,
@@ -144,10 +154,10 @@ def run(root: Path, rubric_path: str | None = None) -> dict[str, Any]:
         )
         results = results_for(report, found.note)
     except NotGradable as exc:
-        results = _message_only(str(exc), started)
+        results = message_results(str(exc), started)
     except Exception:  # the grader's own failure: still a results file, and the log says why
         traceback.print_exc()
-        results = _message_only(
+        results = message_results(
             "The grader itself failed before it could grade your file; this is not a verdict "
             "on your proxy. Tell your instructor (the run's log has the details) and submit "
             "again later.",

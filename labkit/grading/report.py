@@ -6,7 +6,7 @@ reads (table, feedback) puts the deterministic verdicts first and the measured n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -322,12 +322,3 @@ def csv_row(report: SubmissionReport, similarity: SimilarityRow | None = None) -
         result = report.result(check_id)
         row[check_id] = "" if result is None else outcome(result)
     return row
-
-
-def summary_counts(reports: Iterable[SubmissionReport]) -> dict[str, int]:
-    """How many submissions passed each check (for the roster's closing line)."""
-    counts = dict.fromkeys(CHECK_IDS, 0)
-    for report in reports:
-        for result in report.results:
-            counts[result.id] += int(result.passed)
-    return counts

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.checks.catalogue import select
+from labkit.checks.machine import cpu_limit
 from labkit.errors import LabkitError
 from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.rubric import Rubric
@@ -52,10 +53,9 @@ class Submission:
 
 
 def default_jobs() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    """One grading per CPU this process may use: its cgroup quota counts (a pod limited to two
+    CPUs on a 64-core node grades two at a time), and never fewer than one."""
+    return max(1, int(cpu_limit()))
 
 
 def find_submissions(paths: Iterable[str | os.PathLike[str]]) -> list[Submission]:

@@ -18,6 +18,7 @@ import pytest
 from grading_support import REFERENCE, write_variant
 
 from labkit.checks import CHECK_IDS
+from labkit.cli import main
 from labkit.grading.autograder import write_gradescope_zip
 from labkit.grading.gradescope import NotGradable, find_submission
 from labkit.grading.rubric import Rubric
@@ -203,3 +204,10 @@ def test_setup_sh_installs_the_grader_into_a_fresh_venv(
     )
     assert shown.returncode == 0
     print(f"setup.sh took {elapsed:.0f} s")
+
+
+def test_grade_with_gradescope_writes_results_even_for_a_missing_file(tmp_path: Path) -> None:
+    target = tmp_path / "results" / "results.json"
+    assert main(["grade", str(tmp_path / "proxy.py"), "--gradescope", str(target)]) == 2
+    results = json.loads(target.read_text())
+    assert results["score"] == 0 and results["output"].startswith("There is no file")
