@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from labkit.checks import CHECK_IDS
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 LABKIT = ROOT / ".venv" / "bin" / "labkit"
@@ -108,6 +110,17 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
             if not same:
+                for a, b in zip(rows(merged), rows(folder / "all"), strict=True):
+                    diff = {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+                    if diff:
+                        print(f"  {a['learner']}: merged vs single {diff}")
+                        for check in set(diff) & set(CHECK_IDS):
+                            for where in (merged, folder / "all"):
+                                report = json.loads(
+                                    (where / "reports" / f"{a['learner']}.json").read_text()
+                                )
+                                result = report["checks"][check]
+                                print(f"    {where.name}: {result['verdict']} {result['evidence']}")
                 return 1
         per_submission = times["1"] * args.cpus / args.size  # CPU-slot seconds per submission
         print(

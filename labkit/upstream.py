@@ -25,14 +25,15 @@ from mock_upstream import DEBUG_TOKEN_HEADER
 
 __all__ = ["MockUpstream"]
 
-_TIMEOUT = httpx.Timeout(5.0)
-
 
 class MockUpstream:
     """A client for a mock upstream's ``/debug/requests``, ``/debug/reset`` and ``/metrics``."""
 
-    def __init__(self, url: str | ServerHandle, *, token: str | None = None) -> None:
+    def __init__(
+        self, url: str | ServerHandle, *, token: str | None = None, timeout_s: float = 5.0
+    ) -> None:
         self.url = (url.url if isinstance(url, ServerHandle) else url).rstrip("/")
+        self.timeout = httpx.Timeout(timeout_s)
         # A mock started with a debug token (the grader's) answers its debug routes only to
         # requests that carry it; learner code never sees it.
         self.headers = {DEBUG_TOKEN_HEADER: token} if token else {}
@@ -47,7 +48,7 @@ class MockUpstream:
         url = self.url + path
         try:
             response = httpx.request(
-                method, url, headers=self.headers, timeout=_TIMEOUT, verify=shared_ssl_context()
+                method, url, headers=self.headers, timeout=self.timeout, verify=shared_ssl_context()
             )
         except httpx.TransportError as exc:
             raise MockUpstreamError(

@@ -21,6 +21,7 @@ from labkit.upstream import MockUpstream
 __all__ = ["CheckContext", "Outcome", "Record", "chat_body", "finished", "ms"]
 
 Record = dict[str, Any]
+MOCK_TIMEOUT_S = 15.0
 POLL_S = 0.05
 INCONCLUSIVE_ADVICE = (
     "the grader's machine was too slow for this experiment, so it was left out of the score: "
@@ -62,7 +63,11 @@ class CheckContext:
     def __post_init__(self) -> None:
         self.proxy_url = self.proxy_url.rstrip("/")
         self.upstream_url = self.upstream_url.rstrip("/")
-        self.mock = MockUpstream(self.upstream_url, token=self.upstream_token)
+        # A mock streaming flat out for ``backpressure`` on a starved machine can take seconds
+        # to answer: wait for its books longer than a learner's client would.
+        self.mock = MockUpstream(
+            self.upstream_url, token=self.upstream_token, timeout_s=MOCK_TIMEOUT_S
+        )
 
     @property
     def chat_url(self) -> str:

@@ -191,6 +191,11 @@ def merge(
     rubrics = {json.dumps(m["rubric"], sort_keys=True) for _, m in manifests if m["rubric"]}
     if len(rubrics) > 1:
         raise MergeError("the shards were graded with different rubrics: grade them all with one.")
+    if rubrics and rubrics != {json.dumps(rubric.to_json(), sort_keys=True)}:
+        raise MergeError(
+            "the shards were graded with another rubric than this merge's: pass labkit merge "
+            "the same --rubric file as the shards."
+        )
     order: dict[str, int] = {}
     reports: list[SubmissionReport] = []
     sources: dict[str, str] = {}

@@ -86,6 +86,8 @@ def test_merged_shards_equal_the_unsharded_grades(
         merge([tmp_path / "s1"], tmp_path / "half", Rubric())
     with pytest.raises(MergeError, match=r"are both shard 1/2"):
         merge([tmp_path / "s1", tmp_path / "s1"], tmp_path / "twice", Rubric())
+    with pytest.raises(MergeError, match=r"pass labkit merge the same --rubric file"):
+        merge([tmp_path / "s1", tmp_path / "s2"], tmp_path / "other", Rubric(max_score=10))
 
 
 def test_merging_a_folder_that_is_not_a_roster_run_says_what_to_pass(tmp_path: Path) -> None:

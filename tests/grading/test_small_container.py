@@ -19,10 +19,12 @@ import pytest
 from bench.small_container import CgroupUnavailable, grade_all, render, small_cgroup, submissions
 from labkit.checks import CheckResult, runner
 from labkit.checks.backpressure import Sample, _held_back
-from labkit.checks.context import Outcome
+from labkit.checks.catalogue import Check
+from labkit.checks.context import CheckContext, Outcome
 from labkit.checks.keepalive import _silence
 from labkit.checks.machine import cpu_limit
 from labkit.checks.result import INCONCLUSIVE
+from labkit.errors import MockUpstreamError
 from labkit.grading.report import (
     SubmissionReport,
     csv_row,
@@ -190,3 +192,17 @@ def test_the_flat_out_lane_waits_for_the_other_lanes() -> None:
         return order
 
     assert asyncio.run(scenario()) == ["others done", "solo"]
+
+
+def test_a_mock_too_busy_to_show_its_books_is_inconclusive_not_a_fail() -> None:
+    """Seen on a loaded machine: the mock streaming flat out for backpressure did not answer
+    /debug/requests within the timeout, and the check failed a correct proxy."""
+
+    async def busy_mock(ctx: CheckContext) -> CheckResult:
+        raise MockUpstreamError(url="http://mock/debug/requests", expected="a response", got="x")
+
+    check = Check("backpressure", busy_mock, 5.0, "summary", "09_backpressure_and_slow_clients")
+    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9")
+    result = asyncio.run(runner.run_one(check, ctx))
+    assert result.inconclusive and not result.passed
+    assert result.verdict == "inconclusive: the grader's mock upstream did not answer in time"
