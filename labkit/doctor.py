@@ -196,8 +196,8 @@ def _check_mock_upstream() -> DoctorLine:
         return DoctorLine(
             "mock upstream",
             "fail",
-            f"{where}: stream ended {capture.terminal!r} after {capture.content_events} content events "
-            f"(HTTP {capture.status})",
+            f"{where}: stream ended {capture.terminal!r} after {capture.content_events} "
+            f"content events (HTTP {capture.status})",
             _mock_fix(external),
         )
     return DoctorLine(
