@@ -6,7 +6,9 @@ every inline code span of every Markdown cell (fenced blocks, such as diagrams, 
 
 * a call, `name(...)` with no dot before the name, must name something this notebook's code
   binds (a def, class, import, assignment or parameter) or calls as a method, a function of the
-  proxy the notebooks grow (``solutions/proxy.py``), a public ``labkit`` name or a builtin;
+  proxy the notebooks grow (``solutions/proxy.py``), a public ``labkit`` name or a builtin; the
+  code includes the fenced ```python blocks of the Markdown (a worked solution may define a
+  function and then call it in the prose);
 * a bare snake_case name, `like_this`, must occur somewhere: in this notebook's code or outputs,
   in ``labkit``, ``mock_upstream`` or ``solutions/proxy.py``, or in ``OTHER_SYSTEMS`` below (names
   that belong to nginx, vLLM or httpx, which the prose names on purpose).
@@ -20,6 +22,7 @@ import ast
 import builtins
 import json
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,7 @@ PROXY = ROOT / "solutions" / "proxy.py"
 
 INLINE_CODE = re.compile(r"`([^`\n]+)`")
 FENCED_BLOCK = re.compile(r"```.*?```", re.DOTALL)
+FENCED_PYTHON = re.compile(r"```python\n(.*?)```", re.DOTALL)
 CALL = re.compile(r"^([A-Za-z_]\w*)\(.*\)$")
 SNAKE_CASE = re.compile(r"^[a-z_][a-z0-9]*(?:_[a-z0-9]+)+$")
 WORD = re.compile(r"[A-Za-z_]\w*")
@@ -108,6 +112,8 @@ def unknown_names(nb: dict[str, Any], *, reachable: set[str], known_words: set[s
         defined |= _bound(compile(code, "<cell>", "exec", flags=flags))
         seen.update(WORD.findall(code + "\n" + _outputs(cell)))
     prose = "\n".join(_source(c) for c in nb["cells"] if c["cell_type"] == "markdown")
+    for block in FENCED_PYTHON.findall(prose):
+        defined |= _bound(ast.parse(textwrap.dedent(block)))
     problems = []
     for span in INLINE_CODE.findall(FENCED_BLOCK.sub("", prose)):
         span = span.strip()
@@ -162,6 +168,11 @@ def test_a_deliverable_that_names_a_function_nobody_wrote_is_caught() -> None:
         "`bounded_relay` is named nowhere in this notebook's code or the lab",
         "`bounded_relay(queue)` calls bounded_relay, which this notebook's code never defines",
     ]
+
+
+def test_a_function_defined_in_a_worked_solution_may_be_called_in_the_prose() -> None:
+    nb = _notebook("```python\ndef parse(body):\n    return body\n```\nThen `parse(raw)`.", "")
+    assert unknown_names(nb, reachable=set(), known_words=set()) == []
 
 
 def test_methods_fields_and_diagrams_are_not_mistaken_for_functions() -> None:
