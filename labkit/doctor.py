@@ -194,18 +194,18 @@ def _check_mock_upstream() -> DoctorLine:
                 capture = capture_stream(f"{server.url}/v1/chat/completions", json=request)
     except (LabkitError, ImportError) as exc:
         return DoctorLine("mock upstream", "fail", f"{where}: {exc}", _mock_fix(external))
-    if capture.terminal != "done" or not capture.tokens:
+    if capture.terminal != "done" or not capture.content_events:
         return DoctorLine(
             "mock upstream",
             "fail",
-            f"{where}: stream ended {capture.terminal!r} after {capture.tokens} tokens "
-            f"(HTTP {capture.status})",
+            f"{where}: stream ended {capture.terminal!r} after {capture.content_events} "
+            f"content events (HTTP {capture.status})",
             _mock_fix(external),
         )
     return DoctorLine(
         "mock upstream",
         "ok",
-        f"{where}: streamed a reply ({capture.tokens} content events) ending in [DONE]",
+        f"{where}: streamed a reply ({capture.content_events} content events) ending in [DONE]",
     )
 
 

@@ -1,4 +1,9 @@
-"""Pictures of captured streams: token timelines, inter-token gaps, cancellation.
+"""Pictures of captured streams: token timelines, gaps between content events, cancellation.
+
+Each plot counts one thing and says which in its labels: tokens (``Capture.token_counts``, the
+unit the mock's records and the usage counts use) or content events (``Capture.token_times``,
+one per SSE event that carries text, which may hold several tokens). Lines that are compared
+with each other count the same thing.
 
 Each function draws on ``ax`` if given, otherwise on a new pyplot figure (so a notebook cell
 ending in ``plt.show()`` displays it), and returns the figure. None of them saves a file or
@@ -31,26 +36,41 @@ def _axes(ax: Axes | None) -> tuple[Figure, Axes]:
     return ax.get_figure(root=True), ax  # type: ignore[return-value]
 
 
-def plot_timeline(captures: Mapping[str, Capture], ax: Axes | None = None) -> Figure:
-    """Cumulative tokens against time, one line per capture (e.g. direct / proxied / buffered).
+def _tokens_over_time(capture: Capture) -> tuple[list[float], list[int]]:
+    """(times, tokens received by then), starting at (0, 0): the client's line in tokens.
 
-    A dot marks each capture's first token; a dotted line marks a deliberate disconnect.
+    Raises ``ValueError`` for a capture without ``token_counts`` (one built by hand), rather
+    than drawing its events as if each were one token.
+    """
+    if len(capture.token_counts) != len(capture.token_times):
+        raise ValueError(
+            f"expected a token count for each of the capture's {len(capture.token_times)} "
+            f"content events, got {len(capture.token_counts)}: use a capture from "
+            "capture_stream(), or set its token_counts"
+        )
+    return [0.0, *capture.token_times], [0, *capture.token_counts]
+
+
+def plot_timeline(captures: Mapping[str, Capture], ax: Axes | None = None) -> Figure:
+    """Tokens received against time, one line per capture (e.g. direct / proxied / buffered).
+
+    A dot marks each capture's first content event; a dotted line marks a deliberate
+    disconnect.
     """
     fig, ax = _axes(ax)
     for name, capture in captures.items():
-        times = [0.0, *capture.token_times]
-        counts = list(range(len(times)))
+        times, counts = _tokens_over_time(capture)
         if capture.total_time > times[-1]:
             times.append(capture.total_time)
             counts.append(counts[-1])
         (line,) = ax.step(times, counts, where="post", label=name)
         if capture.ttft is not None:
-            ax.plot([capture.ttft], [1], "o", color=line.get_color())
+            ax.plot([capture.ttft], [counts[1]], "o", color=line.get_color())
         if capture.disconnected_at is not None:
             ax.axvline(capture.disconnected_at, color=line.get_color(), linestyle=":")
     ax.set_xlabel(_TIME_LABEL)
     ax.set_ylabel("tokens received")
-    ax.set_title("Token arrival")
+    ax.set_title("Tokens received over time")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     if captures:
@@ -59,19 +79,19 @@ def plot_timeline(captures: Mapping[str, Capture], ax: Axes | None = None) -> Fi
 
 
 def plot_gaps(captures: Mapping[str, Capture], ax: Axes | None = None) -> Figure:
-    """The gap before each token (ms) against its position, one line per capture.
+    """The wait before each content event (ms) against its position, one line per capture.
 
-    A trickling stream is a flat line at the generation interval; a buffered one is one tall
-    spike (the wait for everything) and then zeros.
+    A trickling stream is a flat line at the interval between events; a buffered one is one
+    tall spike (the wait for everything) and then zeros.
     """
     fig, ax = _axes(ax)
     for name, capture in captures.items():
         gaps_ms = [capture.ttft * 1000] if capture.ttft is not None else []
         gaps_ms += [gap * 1000 for gap in capture.gaps]
         ax.plot(range(1, len(gaps_ms) + 1), gaps_ms, marker="o", markersize=3, label=name)
-    ax.set_xlabel("token number (1 = first token, its gap is the TTFT)")
-    ax.set_ylabel("wait before the token (ms)")
-    ax.set_title("Inter-token gaps")
+    ax.set_xlabel("content event (1 = the first, its wait is the TTFT)")
+    ax.set_ylabel("wait before the event (ms)")
+    ax.set_title("Gaps between content events")
     ax.set_ylim(bottom=0)
     if captures:
         ax.legend(loc="upper right")
@@ -83,9 +103,10 @@ def plot_cancellation(
 ) -> Figure:
     """What the upstream generated vs what the client saw, around the client's disconnect.
 
-    ``record`` is the mock's record of the same request (``MockUpstream(...).last()``). The
-    upstream's line runs from its first token to its end at its average pace (the record keeps
-    counts and times, not every token); the client's line is the capture's token arrivals.
+    ``record`` is the mock's record of the same request (``MockUpstream(...).last()``). Both
+    lines count tokens. The upstream's runs from its first token to its end at its average
+    pace (the record keeps counts and times, not every token); the client's is the tokens the
+    capture received, so with a correct proxy the two meet at the hang-up.
     """
     fig, ax = _axes(ax)
 
@@ -100,8 +121,8 @@ def plot_cancellation(
         ax.plot([0, first, end], [0, 1, generated], label="generated by the upstream")
     else:
         ax.plot([0], [0], label="generated by the upstream (nothing)")
-    times = [0.0, *capture.token_times]
-    ax.step(times, range(len(times)), where="post", label="received by the client")
+    times, counts = _tokens_over_time(capture)
+    ax.step(times, counts, where="post", label="received by the client")
     if capture.disconnected_at is not None:
         ax.axvline(capture.disconnected_at, color="black", linestyle=":", label="client hung up")
     noticed = since_start("disconnected_at")

@@ -163,3 +163,17 @@ def test_mock_errors_are_typed_and_say_what_to_do(upstream: ServerHandle) -> Non
     assert str(info.value).startswith(
         "Expected a response from http://127.0.0.1:9/debug/requests, got ConnectError"
     )
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_capture_counts_the_mocks_tokens_not_its_events(
+    upstream: ServerHandle, seed: int
+) -> None:
+    # The mock puts one to three tokens in a chunk: events undercount, token_counts do not.
+    body = chat(ttft_ms=0, tps=2000, tokens=60, seed=seed)
+    capture = capture_stream(f"{upstream.url}/v1/chat/completions", json=body)
+    assert capture.usage is not None
+    assert capture.tokens_received == capture.usage["completion_tokens"] == 60
+    assert capture.content_events < capture.tokens_received
+    assert capture.token_counts == sorted(capture.token_counts)
+    assert len(capture.token_counts) == len(capture.token_times) == capture.content_events

@@ -19,12 +19,15 @@ def legend_labels(fig: Figure) -> list[str]:
     return [text.get_text() for text in legend.get_texts()]
 
 
-def fake_capture(token_times: list[float], disconnected_at: float | None = None) -> Capture:
+def fake_capture(
+    token_times: list[float], disconnected_at: float | None = None, tokens_per_event: int = 1
+) -> Capture:
     return Capture(
         url="http://x",
         started_at=1000.0,
         status=200,
         token_times=token_times,
+        token_counts=[tokens_per_event * (i + 1) for i in range(len(token_times))],
         total_time=(token_times[-1] if token_times else 0.0) + 0.01,
         terminal="disconnected" if disconnected_at is not None else "done",
         disconnected_at=disconnected_at,
@@ -87,3 +90,22 @@ def test_empty_inputs_still_make_a_figure() -> None:
     assert isinstance(plot_gaps({"none": fake_capture([])}), Figure)
     record = {"tokens_generated": 0, "first_token_at": None, "disconnected_at": time.time()}
     assert isinstance(plot_cancellation(fake_capture([], disconnected_at=0.1), record), Figure)
+
+
+def test_timeline_and_cancellation_count_tokens_not_events() -> None:
+    # Bug: the client's line counted content events while the upstream's counted tokens, so a
+    # correct proxy looked as if it lost tokens at the hang-up. Fix: both count tokens.
+    capture = fake_capture([0.1, 0.2, 0.3], tokens_per_event=3)
+    timeline = plot_timeline({"three tokens an event": capture})
+    assert max(timeline.axes[0].get_lines()[0].get_ydata()) == 9
+    record = {"first_token_at": 1000.1, "ended_at": 1000.31, "tokens_generated": 9}
+    cancellation = plot_cancellation(capture, record)
+    upstream, client = cancellation.axes[0].get_lines()[:2]
+    assert max(upstream.get_ydata()) == max(client.get_ydata()) == 9
+
+
+def test_a_capture_without_token_counts_is_refused_not_drawn_as_events() -> None:
+    capture = fake_capture([0.1, 0.2])
+    capture.token_counts = []
+    with pytest.raises(ValueError, match="expected a token count for each of the capture's 2"):
+        plot_timeline({"hand-made": capture})
