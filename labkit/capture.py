@@ -154,12 +154,6 @@ class Capture:
         return len(self.token_times)
 
     @property
-    def tokens(self) -> int:
-        """The old name of ``content_events``: it counts events, not tokens (the grader's
-        evidence calls it ``token_events``). For tokens use ``tokens_received``."""
-        return self.content_events
-
-    @property
     def tokens_received(self) -> int:
         """Tokens in the text received, by the mock's tokenizer (see the module docstring)."""
         return self.token_counts[-1] if self.token_counts else 0

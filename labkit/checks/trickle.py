@@ -41,7 +41,7 @@ async def check_trickle(ctx: CheckContext) -> CheckResult:
     if not capture.token_times or record is None or record.get("first_token_at") is None:
         return result.failed(
             "no tokens reached the client",
-            {"terminal": capture.terminal, "token_events": capture.tokens},
+            {"terminal": capture.terminal, "token_events": capture.content_events},
             "forward every upstream event to the client as it arrives.",
         )
     produced_first = record["first_token_at"] - capture.started_at

@@ -53,7 +53,7 @@ def test_start_mock_upstream_with_other_defaults_restarts_it_on_the_same_port(
         assert other.url == upstream.url
         assert not upstream.running
         assert running_servers() == [other]
-        assert capture_stream(f"{other.url}/v1/chat/completions", json=chat()).tokens >= 1
+        assert capture_stream(f"{other.url}/v1/chat/completions", json=chat()).content_events >= 1
     finally:
         other.stop()
 
@@ -105,7 +105,7 @@ def test_disconnect_before_the_first_token_is_also_cancelled(upstream: ServerHan
     capture = capture_stream(
         f"{upstream.url}/v1/chat/completions", json=chat(ttft_ms=3000), disconnect_after_s=0.2
     )
-    assert capture.tokens == 0
+    assert capture.content_events == 0
     assert mock.wait_until_idle()
     assert mock.last()["state"] == "cancelled"
     assert mock.last()["tokens_generated"] == 0
@@ -144,7 +144,7 @@ def test_other_apis_are_captured_with_text_and_usage(
 ) -> None:
     capture = capture_stream(upstream.url + path, json=body)
     assert capture.terminal == terminal
-    assert capture.tokens >= 1 and capture.text
+    assert capture.content_events >= 1 and capture.text
     assert capture.usage is not None and capture.usage["output_tokens"] == 10
 
 

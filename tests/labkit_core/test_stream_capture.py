@@ -31,7 +31,7 @@ def test_trickling_and_buffered_streams_differ_by_a_wide_margin(
     for capture in (trickle, buffered):
         assert capture.status == 200
         assert capture.terminal == "done"
-        assert capture.tokens == TOKENS
+        assert capture.content_events == TOKENS
         assert capture.text == "".join(f"t{i} " for i in range(TOKENS))
     assert trickle.ttft is not None and buffered.ttft is not None
     # Trickle: first token at once. Buffered: only once all of them are ready.
@@ -57,7 +57,7 @@ def test_every_chunk_and_event_is_timestamped_in_order(stream_server: ThreadServ
 def test_disconnect_after_n_events_closes_the_connection(stream_server: ThreadServer) -> None:
     capture = capture_stream(f"{stream_server.url}/trickle?n=50", disconnect_after_events=3)
     assert capture.terminal == "disconnected"
-    assert capture.tokens == 3
+    assert capture.content_events == 3
     assert capture.disconnected_at is not None
     assert capture.disconnected_at < 50 * INTERVAL_S / 2
     outcomes = stream_server.app.state.outcomes
@@ -70,7 +70,7 @@ def test_disconnect_after_seconds_also_works_before_the_first_byte(
     # /buffered sends nothing for n * interval = 2 s; we hang up after 0.2 s.
     capture = capture_stream(f"{stream_server.url}/buffered?n=50", disconnect_after_s=0.2)
     assert capture.terminal == "disconnected"
-    assert capture.tokens == 0
+    assert capture.content_events == 0
     assert capture.disconnected_at == pytest.approx(0.2, abs=0.15)
     wait_for(lambda: stream_server.app.state.outcomes == ["cancelled"])
 
@@ -269,7 +269,7 @@ async def test_async_capture_runs_concurrently(stream_server: ThreadServer) -> N
         *(acapture_stream(f"{stream_server.url}/trickle") for _ in range(4))
     )
     elapsed = time.perf_counter() - began
-    assert all(c.terminal == "done" and c.tokens == TOKENS for c in captures)
+    assert all(c.terminal == "done" and c.content_events == TOKENS for c in captures)
     one_after_another = 4 * (TOKENS - 1) * INTERVAL_S
     assert elapsed < 0.75 * one_after_another
 

@@ -250,7 +250,7 @@ def _judge_capture(cap: Capture, fault: Fault, client: str, seen: Seen) -> None:
     seen.evidence.update(
         status=cap.status,
         terminal=cap.terminal,
-        token_events=cap.tokens,
+        token_events=cap.content_events,
         heartbeats=len(cap.comments),
         malformed_events=cap.malformed_events,
     )
@@ -272,9 +272,9 @@ def _judge_capture(cap: Capture, fault: Fault, client: str, seen: Seen) -> None:
             fail(f"expected the client's own hang-up, stream ended {cap.terminal!r}")
         else:
             seen.left_at = cap.started_at + (cap.disconnected_at or 0.0)
-        if client == "leaves_mid_stream" and cap.tokens < 1:
+        if client == "leaves_mid_stream" and cap.content_events < 1:
             fail("the client left before any token: not a mid-stream hang-up")
-        if client == "leaves_before_first_token" and cap.tokens:
+        if client == "leaves_before_first_token" and cap.content_events:
             fail("a token arrived before the client left")
         return
     if fault.ends == "completed":
