@@ -27,7 +27,14 @@ from mock_upstream.ids import new_id
 from mock_upstream.pacing import Clock, faults_for, play
 from mock_upstream.plan import Plan, Prompt, build_plan
 from mock_upstream.records import Api, Recorder, RequestRecord
-from mock_upstream.scenario import BODY_FIELD, HEADER, Scenario, resolve
+from mock_upstream.scenario import (
+    BODY_FIELD,
+    HEADER,
+    WIRE_VARIANTS,
+    Scenario,
+    ScenarioError,
+    resolve,
+)
 from mock_upstream.stream import RecordedStreamingResponse, Wire, collect, sse_body
 
 
@@ -48,7 +55,9 @@ class ApiSpec:
     id_prefix: str
     call_id_prefix: str
     parse: Callable[[dict[str, Any]], Parsed]
-    wire: Callable[[str, Plan, Parsed], Wire]
+    wire: Callable[[str, Plan, Parsed, Scenario], Wire]
+    #: The scenario's wire-variant keys this API has; the others are a 400 here.
+    variants: frozenset[str] = frozenset({"comment_every_ms"})
 
 
 @dataclass
@@ -59,6 +68,19 @@ class MockState:
     recorder: Recorder
 
 
+def check_variants(scenario: Scenario, api: ApiSpec) -> None:
+    """A wire variant that ``api`` does not have is a 400 naming the routes that have it."""
+    unsupported = sorted(set(scenario.changed()) & WIRE_VARIANTS - api.variants)
+    if unsupported:
+        key = unsupported[0]
+        raise ScenarioError(
+            "scenario",
+            key,
+            f"{key} changes the Chat Completions wire only: send it to /v1/chat/completions, "
+            f"or leave it out of requests to /v1/{api.name}",
+        )
+
+
 async def answer(request: Request, api: ApiSpec) -> Response:
     """Answer one request for ``api``."""
     arrived = asyncio.get_running_loop().time()
@@ -66,6 +88,7 @@ async def answer(request: Request, api: ApiSpec) -> Response:
     body = await read_json(request)
     scenario = resolve(state.defaults, request.headers.get(HEADER), body.get(BODY_FIELD))
     parsed = api.parse(body)
+    check_variants(scenario, api)
     recorder = state.recorder
     record = recorder.start(
         RequestRecord(
@@ -84,9 +107,10 @@ async def answer(request: Request, api: ApiSpec) -> Response:
         raise status_error(scenario.status, scenario.retry_after)
 
     plan = build_plan(parsed.prompt, scenario, call_id_prefix=api.call_id_prefix)
-    clock = Clock(scenario.ttft_ms / 1000.0, scenario.tps, start=arrived)
+    every_s = None if scenario.comment_every_ms is None else scenario.comment_every_ms / 1000.0
+    clock = Clock(scenario.ttft_ms / 1000.0, scenario.tps, start=arrived, comment_every_s=every_s)
     events = play(plan, clock, faults_for(scenario))
-    wire = api.wire(record.id, plan, parsed)
+    wire = api.wire(record.id, plan, parsed, scenario)
     if parsed.stream:
         body_iterator = sse_body(events, wire, recorder, record)
         return RecordedStreamingResponse(body_iterator, recorder=recorder, record=record)
