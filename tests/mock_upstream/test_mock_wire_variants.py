@@ -160,7 +160,10 @@ def test_error_after_zero_is_the_first_event_of_the_200(
     seen: list[Any] = []
     with pytest.raises(openai.APIError) as caught:
         with openai_client.chat.completions.create(
-            model="mock-gpt", messages=USER, stream=True, extra_headers=scenario_header(error_after=0)
+            model="mock-gpt",
+            messages=USER,
+            stream=True,
+            extra_headers=scenario_header(error_after=0),
         ) as stream:
             seen.extend(stream)
     assert not isinstance(caught.value, openai.APIStatusError) and seen == []
