@@ -35,7 +35,13 @@ from mock_upstream.scenario import (
     ScenarioError,
     resolve,
 )
-from mock_upstream.stream import RecordedStreamingResponse, Wire, collect, sse_body
+from mock_upstream.stream import (
+    RecordedStreamingResponse,
+    Wire,
+    collect,
+    sse_body,
+    vllm_reason,
+)
 
 
 @dataclass(frozen=True)
@@ -127,5 +133,10 @@ async def answer(request: Request, api: ApiSpec) -> Response:
             anthropic_kind="api_error",
             code="server_error",
         )
-    recorder.finish(record, "completed", completion_tokens=outcome.usage.completion_tokens)
+    recorder.finish(
+        record,
+        "completed",
+        completion_tokens=outcome.usage.completion_tokens,
+        finish_reason=vllm_reason(outcome.finish),
+    )
     return JSONResponse(wire.body(outcome))

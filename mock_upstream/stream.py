@@ -111,7 +111,10 @@ async def sse_body(
                     yield frames.encode()
                 if isinstance(event, Finished):
                     recorder.finish(
-                        record, "completed", completion_tokens=event.usage.completion_tokens
+                        record,
+                        "completed",
+                        completion_tokens=event.usage.completion_tokens,
+                        finish_reason=vllm_reason(event.reason),
                     )
                 elif isinstance(event, Failed):
                     recorder.finish(
@@ -155,6 +158,11 @@ async def collect(
     if not outcome.failed and outcome.usage.completion_tokens == 0:
         outcome.usage = Usage(record.prompt_tokens, record.tokens_generated)
     return outcome
+
+
+def vllm_reason(finish: FinishReason) -> str:
+    """How vLLM's ``finished_reason`` label names the way an answer ended."""
+    return "length" if finish == "length" else "stop"
 
 
 class RecordedStreamingResponse(StreamingResponse):

@@ -71,6 +71,19 @@ def test_metrics_are_prometheus_text_with_every_series(server: LiveServer) -> No
     assert server.metric("mock_tokens_generated_total") == 24
 
 
+def test_metrics_carry_the_vllm_names_labelled_by_model(server: LiveServer) -> None:
+    server.client.post("/v1/chat/completions", json={**CHAT, "model": "lab-model"})
+    text = server.client.get("/metrics").text
+    for line in [
+        'vllm:num_requests_running{model_name="lab-model"} 0.0',
+        'vllm:num_requests_waiting{model_name="lab-model"} 0.0',
+        'vllm:generation_tokens_total{model_name="lab-model"} 24.0',
+        'vllm:request_success_total{finished_reason="stop",model_name="lab-model"} 1.0',
+        'vllm:time_to_first_token_seconds_count{model_name="lab-model"} 1.0',
+    ]:
+        assert f"\n{line}\n" in text, line
+
+
 def test_two_apps_keep_separate_records_and_metrics(
     server: LiveServer, fresh_server: LiveServer
 ) -> None:
