@@ -26,6 +26,7 @@ from typing import Any
 
 from labkit.capture import acapture_stream
 from labkit.checks.context import PROMPT, CheckContext, Outcome, chat_body
+from labkit.checks.machine import budget_scale
 from labkit.checks.result import CheckResult
 
 ID = "passthrough"
@@ -40,15 +41,16 @@ result = Outcome(ID, STEP)
 
 async def _sdk_stream(ctx: CheckContext) -> dict[str, Any]:
     """Read the stream with the SDK; say how it ended."""
+    limit = LIMIT_S * budget_scale()  # half a CPU: twice as long
     import openai  # here, not at the top: importing labkit stays quick
 
     client = openai.AsyncOpenAI(
-        base_url=ctx.sdk_base_url, api_key="lab-key", max_retries=0, timeout=LIMIT_S
+        base_url=ctx.sdk_base_url, api_key="lab-key", max_retries=0, timeout=limit
     )
     text: list[str] = []
     ending, error = "finished", ""
     try:
-        async with asyncio.timeout(LIMIT_S):
+        async with asyncio.timeout(limit):
             stream = await client.chat.completions.create(
                 model="lab-model",
                 messages=[{"role": "user", "content": PROMPT}],
@@ -71,9 +73,10 @@ async def _sdk_stream(ctx: CheckContext) -> dict[str, Any]:
 
 
 async def check_passthrough(ctx: CheckContext) -> CheckResult:
+    limit = LIMIT_S * budget_scale()  # half a CPU: twice as long
     sdk, raw = await asyncio.gather(
         _sdk_stream(ctx),
-        acapture_stream(ctx.chat_url, json=chat_body(RAW_SEED, SCENARIO), timeout=LIMIT_S),
+        acapture_stream(ctx.chat_url, json=chat_body(RAW_SEED, SCENARIO), timeout=limit),
     )
     evidence = {
         "sdk_ending": sdk["ending"],

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 
 from labkit.checks.context import PROMPT, CheckContext, Outcome
+from labkit.checks.machine import budget_scale
 from labkit.checks.result import CheckResult
 
 ID = "tool_calls"
@@ -74,8 +75,9 @@ def _calls(message: dict[str, Any]) -> list[Call]:
 
 async def _expected(ctx: CheckContext) -> list[Call]:
     """The calls the upstream makes for this request, asked of it directly and unstreamed."""
+    limit = LIMIT_S * budget_scale()  # half a CPU: twice as long
     body = {"model": "lab-model", "messages": MESSAGES, "tools": TOOLS, "mock": {"seed": SEED}}
-    async with httpx.AsyncClient(timeout=LIMIT_S) as client:
+    async with httpx.AsyncClient(timeout=limit) as client:
         response = await client.post(f"{ctx.upstream_url}/v1/chat/completions", json=body)
     response.raise_for_status()
     return _calls(response.json()["choices"][0]["message"])
@@ -83,13 +85,14 @@ async def _expected(ctx: CheckContext) -> list[Call]:
 
 async def _streamed(ctx: CheckContext) -> tuple[str, list[Call]]:
     """How the SDK's stream helper ended, and the calls it assembled."""
+    limit = LIMIT_S * budget_scale()  # half a CPU: twice as long
     import openai  # here, not at the top: importing labkit stays quick
 
     client = openai.AsyncOpenAI(
-        base_url=ctx.sdk_base_url, api_key="lab-key", max_retries=0, timeout=LIMIT_S
+        base_url=ctx.sdk_base_url, api_key="lab-key", max_retries=0, timeout=limit
     )
     try:
-        async with asyncio.timeout(LIMIT_S):
+        async with asyncio.timeout(limit):
             async with client.chat.completions.stream(
                 model="lab-model",
                 messages=MESSAGES,  # type: ignore[arg-type]

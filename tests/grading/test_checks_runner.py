@@ -29,6 +29,41 @@ def test_reference_passes_the_quick_checks_in_catalogue_order(
     assert str(results[0]) == "PASS trickle: tokens reach the client as the upstream generates them"
 
 
+def test_reference_passes_the_incident_checks(
+    reference_proxy: ServerHandle, mock: ServerHandle, usage_log: Path
+) -> None:
+    """The checks for bugs real gateways shipped: comments as data, an early error made an
+    empty success, parallel tool calls merged, usage on a chunk with choices dropped."""
+    results = run_checks(
+        reference_proxy.url,
+        upstream_url=mock.url,
+        usage_log=usage_log,
+        only=["passthrough", "error_before_first_token", "tool_calls", "usage"],
+    )
+    assert [str(r) for r in results] == [
+        "PASS usage: the usage log has the upstream's counts once per request with the right "
+        "outcome",
+        "PASS passthrough: upstream SSE comments never reach the client as data; the SDK reads "
+        "to the end",
+        "PASS error_before_first_token: an upstream error before the first token reaches the "
+        "client as an error event and is logged as an error",
+        "PASS tool_calls: parallel tool calls keep their own index and id; the SDK assembles both",
+    ]
+    assert results[2].evidence["log_outcomes"] == "error"
+
+
+def test_an_early_error_is_judged_on_the_stream_alone_without_a_usage_log(
+    reference_proxy: ServerHandle, mock: ServerHandle
+) -> None:
+    [result] = run_checks(
+        reference_proxy.url, upstream_url=mock.url, only="error_before_first_token"
+    )
+    assert result.passed and "log_outcomes" not in result.evidence
+    assert result.verdict == (
+        "an upstream error before the first token reaches the client as an error event"
+    )
+
+
 def test_usage_is_skipped_without_a_usage_log(
     reference_proxy: ServerHandle, mock: ServerHandle
 ) -> None:
