@@ -30,7 +30,7 @@ from labkit.checks.usage import LOG_WAIT_S, read_log
 
 ID = "error_before_first_token"
 STEP = "06_midstream_errors"
-SEED = 4601
+SEED = 5201
 SCENARIO = {"ttft_ms": 100, "tps": 50, "tokens": 20, "error_after": 0, "done_after_error": True}
 LIMIT_S = 5.0
 

@@ -31,7 +31,7 @@ from labkit.checks.result import CheckResult
 
 ID = "passthrough"
 STEP = "07_heartbeats_and_timeouts"
-SDK_SEED, RAW_SEED = 4901, 4902
+SDK_SEED, RAW_SEED = 5101, 5102
 COMMENT_EVERY_MS = 100
 SCENARIO = {"ttft_ms": 600, "tps": 25, "tokens": 20, "comment_every_ms": COMMENT_EVERY_MS}
 LIMIT_S = 8.0

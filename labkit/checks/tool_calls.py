@@ -30,7 +30,7 @@ from labkit.checks.result import CheckResult
 
 ID = "tool_calls"
 STEP = "08_providers_and_tool_calls"
-SEED = 4701
+SEED = 5301
 SCENARIO = {"ttft_ms": 100, "tps": 100, "interleave_tools": True}
 LIMIT_S = 8.0
 TOOLS: list[dict[str, Any]] = [

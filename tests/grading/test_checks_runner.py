@@ -98,3 +98,28 @@ def test_unknown_check_ids_are_named_in_the_error() -> None:
     with pytest.raises(ValueError, match=r"got unknown cancelled, trikle\. Fix the spelling"):
         select(["trikle", "cancelled", "usage"])
     assert select(None) == CHECK_IDS
+
+
+def test_no_two_checks_tag_their_requests_with_the_same_seed() -> None:
+    """Bug: tool_calls and error_before_first_token first reused long_stream's and
+    upstream_status's seeds, so a check running in another lane could read their mock records
+    as its own. Fix: every seed (a check's ``*SEED*`` constants, usage's requests, concurrency's
+    range) belongs to one check only."""
+    import importlib
+
+    from labkit.checks import CHECKS, concurrency, usage
+
+    owners: dict[int, set[str]] = {}
+    for check in CHECKS:
+        module = importlib.import_module(check.run.__module__)
+        seeds = {v for k, v in vars(module).items() if "SEED" in k and isinstance(v, int)}
+        if module is usage:
+            seeds |= {seed for seed, _, _ in usage.REQUESTS.values()}
+        if module is concurrency:
+            seeds |= set(
+                range(concurrency.FIRST_SEED, concurrency.FIRST_SEED + concurrency.STREAMS)
+            )
+        for seed in seeds:
+            owners.setdefault(seed, set()).add(module.__name__)
+    shared = {seed: names for seed, names in owners.items() if len(names) > 1}
+    assert not shared
