@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(f"| {gateway.label} | skipped: {reason} | |")
             continue
         report = grade(gateway)
-        results = report["results"]
+        results = list(report["checks"].values())
         counted = [r for r in results if r["status"] != "skipped"]
         failed = [r for r in counted if r["status"] == "failed"]
         passed = len(counted) - len(failed)
