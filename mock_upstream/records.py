@@ -118,6 +118,18 @@ class Metrics:
             ["finished_reason", "model_name"],
             registry=None,
         )
+        self._by_model: dict[str, tuple[Counter, Histogram]] = {}
+
+    def for_model(self, model: str) -> tuple[Counter, Histogram]:
+        """The ``vllm:`` token counter and TTFT histogram of one model (looked up once: the
+        token counter is on the hot path, once per chunk)."""
+        children = self._by_model.get(model)
+        if children is None:
+            children = self._by_model[model] = (
+                self.vllm_tokens.labels(model),
+                self.vllm_ttft.labels(model),
+            )
+        return children
 
     def collectors(self) -> tuple[Counter | Histogram, ...]:
         return (
@@ -213,13 +225,14 @@ class Recorder:
     def tokens(self, record: RequestRecord, count: int) -> None:
         """``count`` more completion tokens were generated."""
         now = time.time()
+        tokens, ttft = self.metrics.for_model(record.model)
         if record.first_token_at is None:
             record.first_token_at = now
             self.metrics.ttft.observe(now - record.started_at)
-            self.metrics.vllm_ttft.labels(record.model).observe(now - record.started_at)
+            ttft.observe(now - record.started_at)
         record.tokens_generated += count
         self.metrics.tokens.inc(count)
-        self.metrics.vllm_tokens.labels(record.model).inc(count)
+        tokens.inc(count)
         if record.disconnected_at is not None:
             record.tokens_after_disconnect += count
             self.metrics.tokens_after_disconnect.inc(count)
