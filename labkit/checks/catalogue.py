@@ -128,7 +128,7 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "error_before_first_token",
         error_before_first_token.check_error_before_first_token,
-        8.0,
+        25.0,
         "a 200 whose first event is an error stays an error, in the stream and the log",
         error_before_first_token.STEP,
     ),
