@@ -212,10 +212,8 @@ async def play(plan: Plan, clock: Clock, faults: list[Fault]) -> AsyncGenerator[
         if isinstance(event, TERMINAL):
             return
     yield Opened()
-    steps = plan.steps()
-    last_step = {index: n for n, (index, _) in enumerate(steps)}
     started: set[int] = set()
-    for n, (index, chunk) in enumerate(steps):
+    for index, n, chunk in plan.steps():
         part = plan.parts[index]
         for piece in _pieces(chunk, sent, cuts):
             for event in await due():
@@ -229,7 +227,7 @@ async def play(plan: Plan, clock: Clock, faults: list[Fault]) -> AsyncGenerator[
                 yield comment
             sent += len(piece.tokens)
             yield Delta(index, part, piece.text, len(piece.tokens))
-        if last_step[index] == n:
+        if n == len(part.chunks) - 1:
             yield PartStopped(index, part)
     for event in await due():
         yield event

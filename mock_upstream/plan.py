@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -99,17 +99,19 @@ class Plan:
     def completion_tokens(self) -> int:
         return sum(p.token_count for p in self.parts)
 
-    def steps(self) -> list[tuple[int, Chunk]]:
-        """``(part index, chunk)`` in the order they are sent."""
+    def steps(self) -> Iterator[tuple[int, int, Chunk]]:
+        """``(part index, chunk number within the part, chunk)`` in the order they are sent
+        (lazily: a long answer has hundreds of thousands of chunks)."""
         if not self.interleave:
-            return [(i, chunk) for i, part in enumerate(self.parts) for chunk in part.chunks]
+            for i, part in enumerate(self.parts):
+                for n, chunk in enumerate(part.chunks):
+                    yield i, n, chunk
+            return
         longest = max((len(p.chunks) for p in self.parts), default=0)
-        return [
-            (i, part.chunks[n])
-            for n in range(longest)
-            for i, part in enumerate(self.parts)
-            if n < len(part.chunks)
-        ]
+        for n in range(longest):
+            for i, part in enumerate(self.parts):
+                if n < len(part.chunks):
+                    yield i, n, part.chunks[n]
 
 
 def _chunked(tokens: Sequence[str], prompt: str, seed: int, salt: str) -> tuple[Chunk, ...]:
