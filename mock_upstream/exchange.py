@@ -43,7 +43,6 @@ from mock_upstream.stream import (
     vllm_reason,
 )
 
-
 #: Answers up to this long are planned on the event loop (a few ms); longer ones on a thread.
 PLAN_INLINE_TOKENS = 20_000
 
