@@ -110,6 +110,34 @@ class MockUpstream:
                 samples[key] = float(sample.value)
         return samples
 
+    def gauge(self, *names: str) -> float:
+        """The sum of a metric over all its label sets, under the first of ``names`` the server
+        exports. ``gauge("vllm:num_requests_running", "mock_requests_running")`` reads the
+        requests in progress from the mock and from a real vLLM engine alike (vLLM labels each
+        sample with ``model_name``; the sum counts every model). Counters work too (their
+        ``_total`` sample). Raises ``MockUpstreamError`` naming what it found instead."""
+        if not names:
+            raise TypeError("gauge() needs at least one metric name")
+        text = self._get("/metrics").text
+        families = list(text_string_to_metric_families(text))
+        sums: dict[str, float] = {}
+        for family in families:
+            exported = {family.name, f"{family.name}_total"} & set(names)
+            for name in exported:  # exported, though perhaps with no samples yet
+                sums.setdefault(name, 0.0)
+            for sample in family.samples:
+                if sample.name in names:
+                    sums[sample.name] = sums.get(sample.name, 0.0) + float(sample.value)
+        for name in names:
+            if name in sums:
+                return sums[name]
+        found = sorted(f.name for f in families)
+        raise MockUpstreamError(
+            url=self.url + "/metrics",
+            expected=f"a metric named {' or '.join(names)}",
+            got=", ".join(found[:12]) or "no metrics at all",
+        )
+
     def wait_until_idle(self, timeout: float = 2.0) -> bool:
         """Wait until no request is running; True if that happened within ``timeout`` s."""
         deadline = time.monotonic() + timeout

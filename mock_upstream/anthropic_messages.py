@@ -40,6 +40,7 @@ from mock_upstream.events import (
 )
 from mock_upstream.exchange import Parsed
 from mock_upstream.plan import FinishReason, Part, Plan, Prompt, ToolSpec
+from mock_upstream.scenario import Scenario
 from mock_upstream.sse import frame
 from mock_upstream.stream import Outcome
 
@@ -136,7 +137,7 @@ class MessagesWire:
 
     flavour: Flavour = "anthropic"
 
-    def __init__(self, response_id: str, plan: Plan, parsed: Parsed) -> None:
+    def __init__(self, response_id: str, plan: Plan, parsed: Parsed, scenario: Scenario) -> None:
         self.id = response_id
         self.plan = plan
         self.open_block: int | None = None

@@ -18,7 +18,7 @@ from mock_upstream import anthropic_messages, openai_chat, openai_responses
 from mock_upstream.errors import ApiError, install_handlers
 from mock_upstream.exchange import ApiSpec, MockState, answer
 from mock_upstream.records import Recorder
-from mock_upstream.scenario import Scenario
+from mock_upstream.scenario import WIRE_VARIANTS, Scenario
 from mock_upstream.stream import quiet_intended_drops
 
 MODELS: Final = ("mock-gpt", "mock-gpt-mini", "mock-claude")
@@ -35,6 +35,7 @@ CHAT: Final = ApiSpec(
     openai_chat.CALL_ID_PREFIX,
     openai_chat.parse,
     openai_chat.ChatWire,
+    WIRE_VARIANTS,
 )
 RESPONSES: Final = ApiSpec(
     "responses",

@@ -69,9 +69,16 @@ class Malformed:
 
 
 @dataclass(frozen=True)
+class Comment:
+    """An SSE comment line (``comment_every_ms``): no data, every SSE client skips it."""
+
+
+@dataclass(frozen=True)
 class Dropped:
     """Close the connection with no terminal event: terminal."""
 
 
-Event = Opened | PartStarted | Delta | PartStopped | Finished | Failed | Malformed | Dropped
+Event = (
+    Opened | PartStarted | Delta | PartStopped | Finished | Failed | Malformed | Comment | Dropped
+)
 TERMINAL = (Finished, Failed, Dropped)

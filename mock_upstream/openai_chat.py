@@ -12,7 +12,11 @@ Stream grammar (one ``data:`` line per chunk, no ``event:`` lines)::
     data: {... "choices": [], "usage": {...}}                        (include_usage only)
     data: [DONE]
 
-An injected error is ``data: {"error": {...}}`` and the stream ends without ``[DONE]``.
+An injected error is ``data: {"error": {...}}`` and the stream ends without ``[DONE]``
+(with ``done_after_error``, ``data: [DONE]`` follows it, as vLLM sends it). With
+``usage_with_choices`` the usage rides on the ``finish_reason`` chunk, whose ``choices`` is not
+empty, and there is no ``choices: []`` chunk; with ``interleave_tools`` the argument fragments
+of parallel tool calls take turns, each delta naming its call by ``index``.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from mock_upstream.events import (
 )
 from mock_upstream.exchange import Parsed
 from mock_upstream.plan import FinishReason, Plan, Prompt, ToolSpec
+from mock_upstream.scenario import Scenario
 from mock_upstream.sse import frame
 from mock_upstream.stream import Outcome
 
@@ -124,13 +129,17 @@ class ChatWire:
 
     flavour: Flavour = "openai"
 
-    def __init__(self, response_id: str, plan: Plan, parsed: Parsed) -> None:
+    def __init__(self, response_id: str, plan: Plan, parsed: Parsed, scenario: Scenario) -> None:
         self.id = response_id
         self.plan = plan
         self.include_usage = parsed.include_usage
+        self.usage_with_choices = scenario.usage_with_choices
+        self.done_after_error = scenario.done_after_error
         self.created = int(time.time())
 
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> str:
+    def _chunk(
+        self, delta: dict[str, Any], finish: str | None = None, usage: Usage | None = None
+    ) -> str:
         chunk: dict[str, Any] = {
             "id": self.id,
             "object": "chat.completion.chunk",
@@ -140,7 +149,7 @@ class ChatWire:
             "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
         }
         if self.include_usage:
-            chunk["usage"] = None
+            chunk["usage"] = None if usage is None else _usage(usage)
         return frame(chunk)
 
     def encode(self, event: Event) -> str:
@@ -161,6 +170,8 @@ class ChatWire:
             fragment = {"index": event.part.tool_index, "function": {"arguments": event.text}}
             return self._chunk({"tool_calls": [fragment]})
         if isinstance(event, Finished):
+            if self.include_usage and self.usage_with_choices:
+                return self._chunk({}, FINISH_REASONS[event.reason], event.usage) + frame("[DONE]")
             frames = self._chunk({}, FINISH_REASONS[event.reason])
             if self.include_usage:
                 frames += frame(
@@ -176,7 +187,8 @@ class ChatWire:
                 )
             return frames + frame("[DONE]")
         if isinstance(event, Failed):
-            return frame(in_stream_error("openai", event.usage.completion_tokens))
+            error = frame(in_stream_error("openai", event.usage.completion_tokens))
+            return error + frame("[DONE]") if self.done_after_error else error
         if isinstance(event, Malformed):
             return f'data: {{"id":"{self.id}","object":"chat.completion.chunk","choices":[{{"de\n\n'
         assert isinstance(event, PartStarted | PartStopped | Dropped)

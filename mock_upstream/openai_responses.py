@@ -41,6 +41,7 @@ from mock_upstream.events import (
 from mock_upstream.exchange import Parsed
 from mock_upstream.ids import new_id
 from mock_upstream.plan import Part, Plan, Prompt, ToolSpec
+from mock_upstream.scenario import Scenario
 from mock_upstream.sse import frame
 from mock_upstream.stream import Outcome
 
@@ -123,9 +124,10 @@ class ResponsesWire:
 
     flavour: Flavour = "openai"
 
-    def __init__(self, response_id: str, plan: Plan, parsed: Parsed) -> None:
+    def __init__(self, response_id: str, plan: Plan, parsed: Parsed, scenario: Scenario) -> None:
         self.id = response_id
         self.plan = plan
+        self.opened = False
         self.created = int(time.time())
         self.sequence = 0
         self.items: list[dict[str, Any]] = []  # output items, in output_index order
@@ -221,6 +223,7 @@ class ResponsesWire:
     # -- Wire ---------------------------------------------------------------------------
     def encode(self, event: Event) -> str:
         if isinstance(event, Opened):
+            self.opened = True
             response = self._response("in_progress")
             return self._event("response.created", response=response) + self._event(
                 "response.in_progress", response=response
@@ -276,7 +279,10 @@ class ResponsesWire:
             )
             return frames + self._event("response.incomplete", response=response)
         if isinstance(event, Failed):
-            frames = self._close_open("incomplete")
+            # A failure before the first token still comes after response.created: the
+            # Responses grammar opens every stream with it.
+            frames = "" if self.opened else self.encode(Opened())
+            frames += self._close_open("incomplete")
             error = {
                 "code": "server_error",
                 "message": "The server had an error while generating the response "

@@ -6,11 +6,17 @@ when its last token is due. Deadlines are absolute, so small scheduling delays d
 up over a long stream; a stall pushes every later deadline back by its length.
 
 Every wait is an ``await`` inside the body generator, including the wait for the first
-token, so a client disconnect cancels the generation within one token interval.
+token, so a client disconnect cancels the generation within one token interval. With
+``comment_every_ms`` the waits are cut into pieces: a :class:`~mock_upstream.events.Comment`
+is due every that many ms from the start (before the first token and during a stall too, as
+OpenRouter's ``: OPENROUTER PROCESSING``). Which of a comment and a token comes first is
+decided from their due times, never from the clock, so the order is the same on any machine.
 
 Faults are small strategy objects (:class:`Stall`, :class:`Malformation`,
 :class:`InStreamError`, :class:`ConnectionDrop`, :class:`Refusal`), each firing once when
-exactly ``at`` tokens have been sent. :func:`faults_for` builds them from a scenario.
+exactly ``at`` tokens have been sent. :func:`faults_for` builds them from a scenario. An error
+or a drop at position 0 fires before the answer opens: ``error_after=0`` makes the error the
+first event of the 200 (as vLLM sends a failure before its first token), nothing before it.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import ClassVar, Protocol
 
 from mock_upstream.events import (
     TERMINAL,
+    Comment,
     Delta,
     Dropped,
     Event,
@@ -38,26 +45,42 @@ from mock_upstream.scenario import Scenario
 
 
 class Clock:
-    """Absolute token deadlines for one answer."""
+    """Absolute token deadlines for one answer, and the comments due between them."""
 
-    def __init__(self, ttft_s: float, tps: float, start: float | None = None) -> None:
+    def __init__(
+        self,
+        ttft_s: float,
+        tps: float,
+        start: float | None = None,
+        *,
+        comment_every_s: float | None = None,
+    ) -> None:
         self.loop = asyncio.get_running_loop()
         self.start = self.loop.time() if start is None else start
         self.ttft_s = ttft_s
         self.interval_s = 1.0 / tps
         self.shift_s = 0.0
+        self.comment_every_s = comment_every_s
+        self.next_comment = None if comment_every_s is None else self.start + comment_every_s
 
     def due(self, token_index: int) -> float:
         """Loop time at which token ``token_index`` is due."""
         return self.start + self.ttft_s + token_index * self.interval_s + self.shift_s
 
-    async def until(self, token_index: int) -> None:
-        """Wait until the token is due (always awaits, so a cancellation is seen)."""
-        await asyncio.sleep(max(0.0, self.due(token_index) - self.loop.time()))
+    async def until(self, token_index: int) -> AsyncGenerator[Comment, None]:
+        """Wait until the token is due (always awaits, so a cancellation is seen), yielding
+        each comment that falls due before it."""
+        deadline = self.due(token_index)
+        while self.next_comment is not None and self.next_comment < deadline:
+            await asyncio.sleep(max(0.0, self.next_comment - self.loop.time()))
+            assert self.comment_every_s is not None
+            self.next_comment += self.comment_every_s
+            yield Comment()
+        await asyncio.sleep(max(0.0, deadline - self.loop.time()))
 
-    async def stall(self, seconds: float) -> None:
-        """Go silent for ``seconds`` and push every later deadline back by as much."""
-        await asyncio.sleep(seconds)
+    def stall(self, seconds: float) -> None:
+        """Go silent for ``seconds``: push every later deadline back by as much (the next
+        wait then lasts that much longer)."""
         self.shift_s += seconds
 
 
@@ -78,6 +101,7 @@ class Fault(Protocol):
     def at(self) -> int: ...
 
     order: ClassVar[int]  # among faults at the same position, lower fires first
+    before_opening: ClassVar[bool]  # at position 0: fires before the answer opens
 
     async def fire(self, clock: Clock, progress: Progress) -> Event | None: ...
 
@@ -87,9 +111,10 @@ class Stall:
     at: int
     seconds: float
     order: ClassVar[int] = 0
+    before_opening: ClassVar[bool] = False
 
     async def fire(self, clock: Clock, progress: Progress) -> Event | None:
-        await clock.stall(self.seconds)
+        clock.stall(self.seconds)
         return None
 
 
@@ -97,6 +122,7 @@ class Stall:
 class Malformation:
     at: int
     order: ClassVar[int] = 1
+    before_opening: ClassVar[bool] = False
 
     async def fire(self, clock: Clock, progress: Progress) -> Event | None:
         return Malformed()
@@ -106,6 +132,7 @@ class Malformation:
 class Refusal:
     at: int
     order: ClassVar[int] = 2
+    before_opening: ClassVar[bool] = False
 
     async def fire(self, clock: Clock, progress: Progress) -> Event | None:
         return Finished("refusal", progress.usage)
@@ -115,6 +142,7 @@ class Refusal:
 class InStreamError:
     at: int
     order: ClassVar[int] = 3
+    before_opening: ClassVar[bool] = True
 
     async def fire(self, clock: Clock, progress: Progress) -> Event | None:
         return Failed(progress.usage)
@@ -124,6 +152,7 @@ class InStreamError:
 class ConnectionDrop:
     at: int
     order: ClassVar[int] = 4
+    before_opening: ClassVar[bool] = True
 
     async def fire(self, clock: Clock, progress: Progress) -> Event | None:
         return Dropped()
@@ -165,35 +194,45 @@ async def play(plan: Plan, clock: Clock, faults: list[Fault]) -> AsyncGenerator[
     cuts = sorted({f.at for f in faults})
     sent = 0
 
-    async def due() -> list[Event]:
+    async def due(*, opening: bool = False) -> list[Event]:
         events: list[Event] = []
-        while pending and pending[0].at <= sent:
-            event = await pending.pop(0).fire(clock, Progress(plan.prompt_tokens, sent))
+        for fault in [f for f in pending if f.at <= sent and (f.before_opening or not opening)]:
+            pending.remove(fault)
+            event = await fault.fire(clock, Progress(plan.prompt_tokens, sent))
             if event is not None:
                 events.append(event)
                 if isinstance(event, TERMINAL):
                     break
         return events
 
-    await clock.until(0)
+    async for comment in clock.until(0):
+        yield comment
+    for event in await due(opening=True):
+        yield event
+        if isinstance(event, TERMINAL):
+            return
     yield Opened()
-    for index, part in enumerate(plan.parts):
-        started = False
-        for chunk in part.chunks:
-            for piece in _pieces(chunk, sent, cuts):
-                for event in await due():
-                    yield event
-                    if isinstance(event, TERMINAL):
-                        return
-                if not started:
-                    yield PartStarted(index, part)
-                    started = True
-                await clock.until(sent + len(piece.tokens) - 1)
-                sent += len(piece.tokens)
-                yield Delta(index, part, piece.text, len(piece.tokens))
-        yield PartStopped(index, part)
+    started: set[int] = set()
+    for index, n, chunk in plan.steps():
+        part = plan.parts[index]
+        for piece in _pieces(chunk, sent, cuts):
+            for event in await due():
+                yield event
+                if isinstance(event, TERMINAL):
+                    return
+            if index not in started:
+                yield PartStarted(index, part)
+                started.add(index)
+            async for comment in clock.until(sent + len(piece.tokens) - 1):
+                yield comment
+            sent += len(piece.tokens)
+            yield Delta(index, part, piece.text, len(piece.tokens))
+        if n == len(part.chunks) - 1:
+            yield PartStopped(index, part)
     for event in await due():
         yield event
         if isinstance(event, TERMINAL):
             return
+    async for comment in clock.until(max(sent - 1, 0)):  # a stall after the last token
+        yield comment
     yield Finished(plan.finish, Usage(plan.prompt_tokens, sent))

@@ -8,13 +8,17 @@ Tool calls: when the request offers tools and does not forbid them (``tool_choic
 the mock calls tools instead of writing text. A choice that names one tool calls that tool;
 otherwise it calls every offered tool once, in order (parallel calls), or only the first
 when parallel calls are turned off. Arguments are made up from each tool's JSON schema.
+
+The plan also fixes the send order (:meth:`Plan.steps`): part after part, or, with
+``interleave_tools``, the tool calls' chunks taken in turn (call 0, call 1, call 0, ...), as
+parallel tool calls arrive from servers that generate them side by side.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -89,10 +93,25 @@ class Plan:
     finish: FinishReason
     prompt_tokens: int
     model: str
+    interleave: bool = False
 
     @property
     def completion_tokens(self) -> int:
         return sum(p.token_count for p in self.parts)
+
+    def steps(self) -> Iterator[tuple[int, int, Chunk]]:
+        """``(part index, chunk number within the part, chunk)`` in the order they are sent
+        (lazily: a long answer has hundreds of thousands of chunks)."""
+        if not self.interleave:
+            for i, part in enumerate(self.parts):
+                for n, chunk in enumerate(part.chunks):
+                    yield i, n, chunk
+            return
+        longest = max((len(p.chunks) for p in self.parts), default=0)
+        for n in range(longest):
+            for i, part in enumerate(self.parts):
+                if n < len(part.chunks):
+                    yield i, n, part.chunks[n]
 
 
 def _chunked(tokens: Sequence[str], prompt: str, seed: int, salt: str) -> tuple[Chunk, ...]:
@@ -177,4 +196,5 @@ def build_plan(prompt: Prompt, scenario: Scenario, *, call_id_prefix: str = "cal
     if prompt.max_tokens is not None and prompt.max_tokens < total:
         parts = _truncate(parts, prompt.max_tokens)
         finish = "length"
-    return Plan(tuple(parts), finish, prompt.prompt_tokens, prompt.model)
+    interleave = scenario.interleave_tools and parts[0].kind == "tool_call"
+    return Plan(tuple(parts), finish, prompt.prompt_tokens, prompt.model, interleave)

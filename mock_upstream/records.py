@@ -4,6 +4,15 @@ One :class:`Recorder` per app (on ``app.state.recorder``) owns the records and i
 :class:`prometheus_client.CollectorRegistry`; nothing is process-global, so two apps in one
 process never see each other's numbers. Every state change goes through the recorder, which
 keeps the record and the metrics in step.
+
+Two families of names: the mock's own (``mock_*``, no labels) and the ones a real vLLM engine
+exports (``vllm:*``, labelled ``model_name`` with the request's model), so a notebook cell that
+watches ``vllm:num_requests_running`` works unchanged against a real engine:
+``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` (always 0: the mock has no
+queue), ``vllm:generation_tokens_total``, ``vllm:time_to_first_token_seconds`` and
+``vllm:request_success_total{finished_reason}`` (``stop``, ``length``, or ``abort`` for a
+request whose client left; an errored request is counted in ``mock_requests_errored_total``
+only).
 """
 
 from __future__ import annotations
@@ -89,6 +98,38 @@ class Metrics:
             buckets=TTFT_BUCKETS,
             registry=None,
         )
+        self.vllm_tokens = Counter(
+            "vllm:generation_tokens",
+            "Number of generation tokens processed (as vLLM names it).",
+            ["model_name"],
+            registry=None,
+        )
+        self.vllm_ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds (as vLLM names it).",
+            ["model_name"],
+            buckets=TTFT_BUCKETS,
+            registry=None,
+        )
+        self.vllm_success = Counter(
+            "vllm:request_success",
+            "Count of finished requests by finished_reason (as vLLM names it; abort: the "
+            "client left).",
+            ["finished_reason", "model_name"],
+            registry=None,
+        )
+        self._by_model: dict[str, tuple[Counter, Histogram]] = {}
+
+    def for_model(self, model: str) -> tuple[Counter, Histogram]:
+        """The ``vllm:`` token counter and TTFT histogram of one model (looked up once: the
+        token counter is on the hot path, once per chunk)."""
+        children = self._by_model.get(model)
+        if children is None:
+            children = self._by_model[model] = (
+                self.vllm_tokens.labels(model),
+                self.vllm_ttft.labels(model),
+            )
+        return children
 
     def collectors(self) -> tuple[Counter | Histogram, ...]:
         return (
@@ -99,6 +140,9 @@ class Metrics:
             self.tokens,
             self.tokens_after_disconnect,
             self.ttft,
+            self.vllm_tokens,
+            self.vllm_ttft,
+            self.vllm_success,
         )
 
 
@@ -112,6 +156,21 @@ class _Exporter(Collector):
         running = GaugeMetricFamily("mock_requests_running", "Answers in progress.")
         running.add_metric([], self._recorder.running)
         yield running
+        per_model = GaugeMetricFamily(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches (as vLLM names it).",
+            labels=["model_name"],
+        )
+        waiting = GaugeMetricFamily(
+            "vllm:num_requests_waiting",
+            "Number of requests waiting to be processed (as vLLM names it; the mock has no queue).",
+            labels=["model_name"],
+        )
+        for model, count in sorted(self._recorder.running_by_model().items()):
+            per_model.add_metric([model], count)
+            waiting.add_metric([model], 0)
+        yield per_model
+        yield waiting
         for collector in self._recorder.metrics.collectors():
             yield from collector.collect()
 
@@ -121,7 +180,8 @@ class Recorder:
 
     def __init__(self, max_records: int = MAX_RECORDS) -> None:
         self._records: deque[RequestRecord] = deque(maxlen=max_records)
-        self._running: set[str] = set()
+        self._running: dict[str, RequestRecord] = {}
+        self._models: set[str] = set()  # every model asked for, for the vllm: gauges
         self.metrics = Metrics()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Exporter(self))
@@ -135,6 +195,13 @@ class Recorder:
     def running(self) -> int:
         return len(self._running)
 
+    def running_by_model(self) -> dict[str, int]:
+        """Answers in progress per model (0 for a model that has none now)."""
+        counts = dict.fromkeys(self._models, 0)
+        for record in self._running.values():
+            counts[record.model] += 1
+        return counts
+
     def exposition(self) -> bytes:
         """The metrics in Prometheus text format."""
         return generate_latest(self.registry)
@@ -144,35 +211,51 @@ class Recorder:
         self._records = deque(
             (r for r in self._records if r.id in self._running), maxlen=self._records.maxlen
         )
+        self._models = {r.model for r in self._running.values()}
         self.metrics = Metrics()
 
     # -- writing ------------------------------------------------------------------------
     def start(self, record: RequestRecord) -> RequestRecord:
         self._records.append(record)
-        self._running.add(record.id)
+        self._running[record.id] = record
+        self._models.add(record.model)
         self.metrics.started.inc()
         return record
 
     def tokens(self, record: RequestRecord, count: int) -> None:
         """``count`` more completion tokens were generated."""
         now = time.time()
+        tokens, ttft = self.metrics.for_model(record.model)
         if record.first_token_at is None:
             record.first_token_at = now
             self.metrics.ttft.observe(now - record.started_at)
+            ttft.observe(now - record.started_at)
         record.tokens_generated += count
         self.metrics.tokens.inc(count)
+        tokens.inc(count)
         if record.disconnected_at is not None:
             record.tokens_after_disconnect += count
             self.metrics.tokens_after_disconnect.inc(count)
 
-    def finish(self, record: RequestRecord, state: State, *, completion_tokens: int) -> None:
-        """End the record (only the first call counts)."""
+    def finish(
+        self,
+        record: RequestRecord,
+        state: State,
+        *,
+        completion_tokens: int,
+        finish_reason: str = "stop",
+    ) -> None:
+        """End the record (only the first call counts). ``finish_reason`` is how a completed
+        answer ended (``length`` or ``stop``), for ``vllm:request_success_total``."""
         if record.state != "running":
             return
         record.state = state
         record.completion_tokens = completion_tokens
         record.ended_at = time.time()
-        self._running.discard(record.id)
+        self._running.pop(record.id, None)
+        if state != "errored":
+            reason = "abort" if state == "cancelled" else finish_reason
+            self.metrics.vllm_success.labels(reason, record.model).inc()
         counter = {
             "completed": self.metrics.completed,
             "cancelled": self.metrics.cancelled,

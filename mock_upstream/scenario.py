@@ -51,8 +51,13 @@ class Scenario:
     """How the mock answers one request. See docs/CONTRACT.md for the table of keys.
 
     Every ``*_after`` value counts completion tokens: ``error_after=5`` sends five tokens,
-    then the provider's in-stream error. A fault whose position is past the end of the
-    completion never fires.
+    then the provider's in-stream error; ``error_after=0`` makes that error the first event
+    of the 200. A fault whose position is past the end of the completion never fires.
+
+    The wire variants change how the same answer is framed, as some real servers frame it:
+    ``comment_every_ms`` (SSE comments while it runs), ``usage_with_choices`` (usage on the
+    last chunk with choices), ``interleave_tools`` (parallel tool-call deltas interleaved) and
+    ``done_after_error`` (``data: [DONE]`` after the in-stream error, as vLLM sends it).
     """
 
     ttft_ms: int = DEFAULT_TTFT_MS
@@ -67,6 +72,10 @@ class Scenario:
     retry_after: int | None = None
     malformed_after: int | None = None
     refusal_after: int | None = None
+    comment_every_ms: int | None = None
+    usage_with_choices: bool = False
+    interleave_tools: bool = False
+    done_after_error: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -135,6 +144,22 @@ def _status(value: object) -> int:
 
 _status.__doc__ = "one of " + ", ".join(str(s) for s in STATUSES)
 
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off"})
+
+
+def _bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError
+
+
+_bool.__doc__ = "true or false (1 or 0)"
+
 _ANY_INT = _int(-(2**63))
 _ANY_INT.__doc__ = "an integer"
 
@@ -151,9 +176,17 @@ _CONVERTERS: Final[dict[str, Callable[[object], Any]]] = {
     "retry_after": _int(0),
     "malformed_after": _int(0),
     "refusal_after": _int(0),
+    "comment_every_ms": _int(1),
+    "usage_with_choices": _bool,
+    "interleave_tools": _bool,
+    "done_after_error": _bool,
 }
 _OPTIONAL: Final = frozenset(f.name for f in dataclasses.fields(Scenario) if f.default is None)
 KEYS: Final = tuple(_CONVERTERS)
+#: Keys that change how an answer is framed on the wire, not what it says.
+WIRE_VARIANTS: Final = frozenset(
+    {"comment_every_ms", "usage_with_choices", "interleave_tools", "done_after_error"}
+)
 
 
 def _check(key: str, value: object, source: str) -> Any:

@@ -26,6 +26,7 @@ from starlette.types import Receive, Scope, Send
 
 from mock_upstream.errors import Flavour
 from mock_upstream.events import (
+    Comment,
     Delta,
     Dropped,
     Event,
@@ -39,6 +40,8 @@ from mock_upstream.plan import FinishReason, Part
 from mock_upstream.records import Recorder, RequestRecord
 
 SSE_HEADERS: Final = {"Cache-Control": "no-cache"}
+#: What ``comment_every_ms`` sends: a comment line, as OpenRouter's ``: OPENROUTER PROCESSING``.
+COMMENT: Final = b": MOCK-UPSTREAM PROCESSING\n\n"
 UVICORN_ERROR_LOGGER: Final = "uvicorn.error"
 
 
@@ -98,6 +101,9 @@ async def sse_body(
                 if isinstance(event, Dropped):
                     recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
                     raise ConnectionDropped(f"mock scenario drop_after: closing {record.id}")
+                if isinstance(event, Comment):
+                    yield COMMENT
+                    continue
                 if isinstance(event, Delta):
                     recorder.tokens(record, event.tokens)
                 frames = wire.encode(event)
@@ -105,7 +111,10 @@ async def sse_body(
                     yield frames.encode()
                 if isinstance(event, Finished):
                     recorder.finish(
-                        record, "completed", completion_tokens=event.usage.completion_tokens
+                        record,
+                        "completed",
+                        completion_tokens=event.usage.completion_tokens,
+                        finish_reason=vllm_reason(event.reason),
                     )
                 elif isinstance(event, Failed):
                     recorder.finish(
@@ -149,6 +158,11 @@ async def collect(
     if not outcome.failed and outcome.usage.completion_tokens == 0:
         outcome.usage = Usage(record.prompt_tokens, record.tokens_generated)
     return outcome
+
+
+def vllm_reason(finish: FinishReason) -> str:
+    """How vLLM's ``finished_reason`` label names the way an answer ended."""
+    return "length" if finish == "length" else "stop"
 
 
 class RecordedStreamingResponse(StreamingResponse):

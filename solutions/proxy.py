@@ -335,8 +335,12 @@ def pass_on(event: str, usage: Usage, client_wants_usage: bool) -> tuple[bytes |
         return f"{event}\n\n".encode(), "error"
     if chunk.get("usage"):
         usage.take(chunk["usage"])
-        if not client_wants_usage and not chunk.get("choices"):
-            return None, None  # we asked for this chunk, the client did not
+        if not client_wants_usage:
+            if not chunk.get("choices"):
+                return None, None  # we asked for this chunk, the client did not
+            # Some servers put usage on a chunk that still has choices: pass those on, only.
+            del chunk["usage"]
+            return f"data: {json.dumps(chunk)}\n\n".encode(), None
     return f"{event}\n\n".encode(), None
     ### END SOLUTION
 

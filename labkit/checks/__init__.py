@@ -10,7 +10,8 @@ names the notebook step teaching the fix::
         print(result)
 
 Ids: trickle, cancel, cancel_before_first_token, usage, midstream_error, upstream_status,
-long_stream, keepalive, concurrency, backpressure. Each check's module docstring describes its
+long_stream, keepalive, concurrency, backpressure, passthrough, error_before_first_token,
+tool_calls. Each check's module docstring describes its
 experiment and why a correct and a broken proxy land far apart.
 
 Verdicts depend on the property, not on the grader's speed: counts of tokens, states and ratios

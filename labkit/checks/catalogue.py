@@ -19,9 +19,12 @@ from labkit.checks import (
     backpressure,
     cancel,
     concurrency,
+    error_before_first_token,
     keepalive,
     long_stream,
     midstream_error,
+    passthrough,
+    tool_calls,
     trickle,
     upstream_status,
     usage,
@@ -115,14 +118,37 @@ CHECKS: tuple[Check, ...] = (
         "a slow reader does not grow the proxy memory",
         backpressure.STEP,
     ),
+    Check(
+        "passthrough",
+        passthrough.check_passthrough,
+        10.0,
+        "upstream SSE comments never reach the client as data",
+        passthrough.STEP,
+    ),
+    Check(
+        "error_before_first_token",
+        error_before_first_token.check_error_before_first_token,
+        25.0,
+        "a 200 whose first event is an error stays an error, in the stream and the log",
+        error_before_first_token.STEP,
+    ),
+    Check(
+        "tool_calls",
+        tool_calls.check_tool_calls,
+        10.0,
+        "parallel tool calls keep their index and id; the SDK assembles both",
+        tool_calls.STEP,
+    ),
 )
 CHECK_IDS: tuple[str, ...] = tuple(check.id for check in CHECKS)
 BY_ID = {check.id: check for check in CHECKS}
 
 LANES: tuple[tuple[str, ...], ...] = (
-    ("long_stream", "upstream_status"),
-    ("keepalive", "midstream_error", "cancel_before_first_token"),
-    ("trickle", "cancel", "usage"),
+    # error_before_first_token shares its lane with upstream_status: both leave log lines
+    # without an id (the proxy never saw one), which a shared usage log cannot tell apart.
+    ("long_stream", "upstream_status", "error_before_first_token"),
+    ("keepalive", "midstream_error", "cancel_before_first_token", "passthrough"),
+    ("trickle", "cancel", "usage", "tool_calls"),
     ("concurrency",),
     ("backpressure",),
 )

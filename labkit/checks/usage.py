@@ -6,10 +6,16 @@ Experiment: four streams at once, each tagged so its mock record can be found:
 - ``unasked``: completes; the client did not ask and must not get it (the proxy still needs the
   counts, so it asks the upstream itself and hides the chunk);
 - ``cancelled``: the client hangs up after 0.6 s of a 6 s generation;
-- ``errored``: the upstream sends an in-stream error after five tokens.
+- ``errored``: the upstream sends an in-stream error after five tokens;
+- ``on_choices_asked`` and ``on_choices_unasked``: complete from an upstream that puts the
+  usage on its last chunk with choices (``usage_with_choices``, as some servers do) instead of
+  a separate ``choices: []`` chunk. The proxy must take the counts from that chunk too (Envoy
+  AI Gateway and LiteLLM dropped them), and strip the usage field from it for the client that
+  did not ask, while passing on the rest of the chunk.
 
 Then the usage log (``$USAGE_LOG``, one JSON object per line) must hold exactly one line for each
-upstream completion id, with outcome ``completed``, ``completed``, ``cancelled`` and ``error``.
+upstream completion id, with outcome ``completed`` (four times), ``cancelled`` and ``error``.
+A client that asked for usage gets it; one that did not gets no usage in any chunk.
 For the completed ones ``prompt_tokens``, ``completion_tokens`` and ``total_tokens`` must equal
 the mock's own counts (a chunk may carry several tokens, so counting chunks is wrong). The
 upstream never reports counts for a cancelled or failed stream: null or an estimate is accepted.
@@ -39,7 +45,11 @@ REQUESTS: Mapping[str, tuple[int, Mapping[str, int], str]] = {
     "unasked": (4402, FAST, "completed"),
     "cancelled": (4403, {"ttft_ms": 100, "tps": 20, "tokens": 120}, "cancelled"),
     "errored": (4404, {**FAST, "error_after": 5}, "error"),
+    "on_choices_asked": (4405, {**FAST, "usage_with_choices": 1}, "completed"),
+    "on_choices_unasked": (4406, {**FAST, "usage_with_choices": 1}, "completed"),
 }
+ASKING = ("asked", "on_choices_asked")
+UNASKED = ("unasked", "on_choices_unasked")
 HANG_UP_AFTER_S = 0.6
 LOG_WAIT_S = 2.0
 COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
@@ -49,12 +59,12 @@ result = Outcome(ID, STEP)
 
 async def _send(ctx: CheckContext, name: str) -> Capture:
     seed, scenario, _ = REQUESTS[name]
-    body = chat_body(seed, scenario, include_usage=name == "asked")
+    body = chat_body(seed, scenario, include_usage=name in ASKING)
     hang_up = HANG_UP_AFTER_S if name == "cancelled" else None
     return await acapture_stream(ctx.chat_url, json=body, disconnect_after_s=hang_up, timeout=10)
 
 
-def _read_log(path: Path) -> tuple[list[dict[str, Any]], int]:
+def read_log(path: Path) -> tuple[list[dict[str, Any]], int]:
     """The log's JSON object lines, and how many lines were not JSON objects."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -98,7 +108,7 @@ async def check_usage(ctx: CheckContext) -> CheckResult:
     ids = {n: str(records[n]["id"]) for n in names}  # type: ignore[index]
     deadline = time.monotonic() + LOG_WAIT_S
     while True:
-        lines, bad = _read_log(ctx.usage_log)
+        lines, bad = read_log(ctx.usage_log)
         found = {n: [e for e in lines if e.get("id") == ids[n]] for n in names}
         if all(found.values()) or time.monotonic() >= deadline:
             break
@@ -130,14 +140,13 @@ async def check_usage(ctx: CheckContext) -> CheckResult:
             if any(entry.get(key) != truth[key] for key in COUNTS):
                 problems.append("counts")
 
-    asked, unasked = captures["asked"], captures["unasked"]
-    evidence["asked_client_got_usage"] = asked.usage is not None
-    evidence["unasked_client_got_usage"] = unasked.usage is not None
+    for name in (*ASKING, *UNASKED):
+        evidence[f"{name}_client_got_usage"] = captures[name].usage is not None
     if bad:
         problems.append("format")
-    if asked.usage is None:
+    if any(captures[name].usage is None for name in ASKING):
         problems.append("asked")
-    if unasked.usage is not None:
+    if any(captures[name].usage is not None for name in UNASKED):
         problems.append("unasked")
 
     if not problems:
@@ -165,7 +174,9 @@ def _explain(problem: str) -> tuple[str, str]:
         "counts": (
             "the usage log's token counts differ from the upstream's",
             "take prompt_tokens, completion_tokens and total_tokens from the upstream's usage "
-            "chunk (ask for stream_options.include_usage); a chunk may carry several tokens.",
+            "(ask for stream_options.include_usage), on whichever chunk it comes: a "
+            "choices: [] chunk, or the last chunk with choices. A chunk may carry several "
+            "tokens.",
         ),
         "format": (
             "the usage log has lines that are not JSON objects",
@@ -177,7 +188,7 @@ def _explain(problem: str) -> tuple[str, str]:
         ),
         "unasked": (
             "a client that did not ask for usage got the usage chunk",
-            "ask the upstream for usage always, but drop the usage-only chunk for clients "
-            "that did not ask for it.",
+            "ask the upstream for usage always, but for clients that did not ask drop the "
+            "usage-only chunk, and take the usage field out of a chunk that still has choices.",
         ),
     }[problem]

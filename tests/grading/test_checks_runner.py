@@ -29,6 +29,41 @@ def test_reference_passes_the_quick_checks_in_catalogue_order(
     assert str(results[0]) == "PASS trickle: tokens reach the client as the upstream generates them"
 
 
+def test_reference_passes_the_incident_checks(
+    reference_proxy: ServerHandle, mock: ServerHandle, usage_log: Path
+) -> None:
+    """The checks for bugs real gateways shipped: comments as data, an early error made an
+    empty success, parallel tool calls merged, usage on a chunk with choices dropped."""
+    results = run_checks(
+        reference_proxy.url,
+        upstream_url=mock.url,
+        usage_log=usage_log,
+        only=["passthrough", "error_before_first_token", "tool_calls", "usage"],
+    )
+    assert [str(r) for r in results] == [
+        "PASS usage: the usage log has the upstream's counts once per request with the right "
+        "outcome",
+        "PASS passthrough: upstream SSE comments never reach the client as data; the SDK reads "
+        "to the end",
+        "PASS error_before_first_token: an upstream error before the first token reaches the "
+        "client as an error event and is logged as an error",
+        "PASS tool_calls: parallel tool calls keep their own index and id; the SDK assembles both",
+    ]
+    assert results[2].evidence["log_outcomes"] == "error"
+
+
+def test_an_early_error_is_judged_on_the_stream_alone_without_a_usage_log(
+    reference_proxy: ServerHandle, mock: ServerHandle
+) -> None:
+    [result] = run_checks(
+        reference_proxy.url, upstream_url=mock.url, only="error_before_first_token"
+    )
+    assert result.passed and "log_outcomes" not in result.evidence
+    assert result.verdict == (
+        "an upstream error before the first token reaches the client as an error event"
+    )
+
+
 def test_usage_is_skipped_without_a_usage_log(
     reference_proxy: ServerHandle, mock: ServerHandle
 ) -> None:
@@ -63,3 +98,28 @@ def test_unknown_check_ids_are_named_in_the_error() -> None:
     with pytest.raises(ValueError, match=r"got unknown cancelled, trikle\. Fix the spelling"):
         select(["trikle", "cancelled", "usage"])
     assert select(None) == CHECK_IDS
+
+
+def test_no_two_checks_tag_their_requests_with_the_same_seed() -> None:
+    """Bug: tool_calls and error_before_first_token first reused long_stream's and
+    upstream_status's seeds, so a check running in another lane could read their mock records
+    as its own. Fix: every seed (a check's ``*SEED*`` constants, usage's requests, concurrency's
+    range) belongs to one check only."""
+    import importlib
+
+    from labkit.checks import CHECKS, concurrency, usage
+
+    owners: dict[int, set[str]] = {}
+    for check in CHECKS:
+        module = importlib.import_module(check.run.__module__)
+        seeds = {v for k, v in vars(module).items() if "SEED" in k and isinstance(v, int)}
+        if module is usage:
+            seeds |= {seed for seed, _, _ in usage.REQUESTS.values()}
+        if module is concurrency:
+            seeds |= set(
+                range(concurrency.FIRST_SEED, concurrency.FIRST_SEED + concurrency.STREAMS)
+            )
+        for seed in seeds:
+            owners.setdefault(seed, set()).add(module.__name__)
+    shared = {seed: names for seed, names in owners.items() if len(names) > 1}
+    assert not shared

@@ -89,7 +89,7 @@ def test_a_syntax_error_is_reported_plainly_and_scored_zero(
         "  problem: alice.py has a syntax error: SyntaxError: invalid syntax (proxy.py, line 1). "
         "Fix it and grade again.",
         *not_run_lines(),
-        "Score: 0/100 (0 of 10 checks passed)",
+        f"Score: 0/100 (0 of {len(CHECK_IDS)} checks passed)",
     ]
     results = json.loads(gradescope.read_text())
     assert results["score"] == 0

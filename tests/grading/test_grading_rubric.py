@@ -13,7 +13,7 @@ from labkit.grading.rubric import Rubric, RubricError
 def test_without_a_file_every_check_is_worth_the_same() -> None:
     rubric = Rubric.load(None)
     points = rubric.points(list(CHECK_IDS))
-    assert points == dict.fromkeys(CHECK_IDS, 10.0)
+    assert points == dict.fromkeys(CHECK_IDS, 100.0 / len(CHECK_IDS))
     assert rubric.submission_timeout_s == 90.0
 
 

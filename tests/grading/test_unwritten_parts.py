@@ -55,7 +55,7 @@ def test_a_bundle_proxy_fails_every_check_naming_the_first_parts_to_write() -> N
     ("functions", "failing"),
     [
         (("make_queue",), {"backpressure"}),
-        (("next_item",), {"long_stream", "keepalive", "backpressure"}),
+        (("next_item",), {"long_stream", "keepalive", "backpressure", "passthrough", "tool_calls"}),
         (("sse_events",), set(CHECK_IDS) - {"trickle", "concurrency"}),
     ],
 )

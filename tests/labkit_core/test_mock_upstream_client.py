@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -121,6 +123,64 @@ def test_metrics_are_parsed_into_numbers(upstream: ServerHandle) -> None:
     assert metrics["mock_tokens_generated_total"] >= 10
     assert any(key.startswith("mock_ttft_seconds_bucket{le=") for key in metrics)
     assert not any(key.endswith("_created") for key in metrics)
+
+
+def test_gauge_sums_over_label_sets_under_either_name(upstream: ServerHandle) -> None:
+    mock = MockUpstream(upstream)
+    mock.reset()
+    assert mock.gauge("vllm:num_requests_running", "mock_requests_running") == 0
+    body = chat(ttft_ms=3000)
+    captures = [
+        capture_stream(
+            f"{upstream.url}/v1/chat/completions",
+            json={**body, "model": model},
+            disconnect_after_s=0.3,
+        )
+        for model in ("model-a", "model-b")
+    ]
+    assert all(c.tokens == 0 for c in captures)
+    assert mock.wait_until_idle()
+    capture_stream(f"{upstream.url}/v1/chat/completions", json=chat())
+    # both cancelled requests, one label set each, summed; the other name gives the same sum
+    assert mock.gauge("vllm:request_success_total") == 3
+    assert mock.gauge("mock_requests_started_total") == 3
+    assert mock.gauge("no_such_metric", "vllm:generation_tokens_total") == 10
+    aborted = mock.metrics()
+    assert aborted['vllm:request_success_total{finished_reason="abort",model_name="model-a"}'] == 1
+    assert aborted['vllm:request_success_total{finished_reason="stop",model_name="mock-1"}'] == 1
+
+
+def test_gauge_counts_running_requests_as_vllm_does(upstream: ServerHandle) -> None:
+    mock = MockUpstream(upstream)
+    mock.reset()
+    url = f"{upstream.url}/v1/chat/completions"
+    slow = chat(tps=5, tokens=10)  # about two seconds each
+    threads = [
+        threading.Thread(target=capture_stream, args=(url,), kwargs={"json": slow})
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 1.5
+    while mock.gauge("mock_requests_running") < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert mock.gauge("vllm:num_requests_running") == 2  # the same requests, by model
+    assert mock.gauge("vllm:num_requests_waiting") == 0
+    for thread in threads:
+        thread.join()
+    assert mock.gauge("vllm:num_requests_running", "mock_requests_running") == 0
+
+
+def test_gauge_names_what_the_server_exports_when_no_name_matches(
+    upstream: ServerHandle,
+) -> None:
+    with pytest.raises(MockUpstreamError) as info:
+        MockUpstream(upstream).gauge("vllm:gpu_cache_usage_perc")
+    message = str(info.value)
+    assert message.startswith(
+        f"Expected a metric named vllm:gpu_cache_usage_perc from {upstream.url}/metrics, got "
+    )
+    assert "mock_requests_running" in message
 
 
 @pytest.mark.parametrize(

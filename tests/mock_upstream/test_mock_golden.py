@@ -27,6 +27,13 @@ WEATHER_TOOL = {
         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
     },
 }
+TIME_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}},
+    },
+}
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "chat_completions.sse": (
         "/v1/chat/completions",
@@ -40,6 +47,45 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "chat_completions_tools.sse": (
         "/v1/chat/completions",
         {"model": "mock-gpt", "messages": USER, "stream": True, "tools": [WEATHER_TOOL]},
+    ),
+    # The wire variants (docs/CONTRACT.md): the same answers, framed as other servers frame them.
+    "chat_completions_comments.sse": (
+        "/v1/chat/completions",
+        {
+            "model": "mock-gpt",
+            "messages": USER,
+            "stream": True,
+            "mock": {"ttft_ms": 120, "comment_every_ms": 50},
+        },
+    ),
+    "chat_completions_usage_with_choices.sse": (
+        "/v1/chat/completions",
+        {
+            "model": "mock-gpt",
+            "messages": USER,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "mock": {"usage_with_choices": True},
+        },
+    ),
+    "chat_completions_tools_interleaved.sse": (
+        "/v1/chat/completions",
+        {
+            "model": "mock-gpt",
+            "messages": USER,
+            "stream": True,
+            "tools": [WEATHER_TOOL, TIME_TOOL],
+            "mock": {"interleave_tools": True},
+        },
+    ),
+    "chat_completions_error_first.sse": (
+        "/v1/chat/completions",
+        {
+            "model": "mock-gpt",
+            "messages": USER,
+            "stream": True,
+            "mock": {"error_after": 0, "done_after_error": True},
+        },
     ),
     "responses.sse": (
         "/v1/responses",

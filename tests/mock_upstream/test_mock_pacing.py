@@ -87,3 +87,22 @@ def test_a_stall_pushes_later_tokens_back() -> None:
 def test_max_tokens_truncates_the_plan_with_finish_length() -> None:
     plan = build_plan(Prompt(text="x", model="m", max_tokens=4), Scenario(tokens=30))
     assert (plan.finish, plan.completion_tokens) == ("length", 4)
+
+
+def test_an_error_at_zero_comes_before_the_answer_opens() -> None:
+    events, _ = run(Scenario(ttft_ms=0, tps=100_000, tokens=30, error_after=0))
+    assert [type(e) for e in events] == [Failed]
+
+
+def test_comments_fall_due_on_their_own_schedule_before_and_after_a_token() -> None:
+    scenario = Scenario(ttft_ms=250, tps=10, tokens=1, comment_every_ms=100)
+    plan = build_plan(PROMPT, scenario)
+
+    async def main() -> list[str]:
+        clock = Clock(0.25, 10, comment_every_s=0.1)
+        stall = faults_for(Scenario(stall_after=1, stall_s=0.25))
+        return [type(e).__name__ async for e in play(plan, clock, stall)]
+
+    kinds = [k for k in asyncio.run(main()) if k in ("Comment", "Delta", "Finished")]
+    # comments at 100, 200 ms | the token at 250 | a stall to 500: comments at 300, 400
+    assert kinds == ["Comment", "Comment", "Delta", "Comment", "Comment", "Finished"]

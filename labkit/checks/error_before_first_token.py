@@ -1,0 +1,143 @@
+"""``error_before_first_token``: an upstream that answers 200 and then fails before its first
+token reaches the client as an error the OpenAI SDK raises, and the usage log says ``error``:
+never an empty successful completion.
+
+vLLM answers a generation that fails early with a 200 whose first event is
+``data: {"error": {...}}``, then ``data: [DONE]`` (vllm-project/vllm#40986 fixed the engine
+side, where the error was filtered out as an empty chunk). A gateway that drops events that do
+not look like the answer yet (no id, no choices) forwards only the ``[DONE]``: the client gets
+a successful completion with no text, and the bill says ``completed``.
+
+Experiment: one stream through the real ``openai`` SDK from an upstream whose first event is
+the error (``error_after=0``), followed by ``[DONE]`` (``done_after_error``). Pass: the SDK
+raises ``openai.APIError`` with no text before it, either for the in-stream error event (as
+the lab's proxy forwards it) or for an error status (from a gateway that reads the first event
+before it answers, as LiteLLM does: nothing has been streamed yet, so a status is honest too),
+but never for a broken connection; and, when there is a usage log, the lines written for this
+request (its upstream id, or no id: the proxy never saw one) say ``error`` and none says
+``completed``. A proxy that writes no usage log at all is judged on the stream alone (``usage``
+reports the missing log). No time is measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from labkit.checks.context import PROMPT, CheckContext, Outcome, finished
+from labkit.checks.machine import budget_scale
+from labkit.checks.result import CheckResult
+from labkit.checks.usage import LOG_WAIT_S, read_log
+
+ID = "error_before_first_token"
+STEP = "06_midstream_errors"
+SEED = 5201
+SCENARIO = {"ttft_ms": 100, "tps": 50, "tokens": 20, "error_after": 0, "done_after_error": True}
+# Generous: a gateway that retries the failed upstream before it answers (LiteLLM makes three
+# attempts, 5-7 s in all) must get to answer; a correct proxy answers in milliseconds.
+LIMIT_S = 20.0
+
+# How the SDK may see the error, for a pass.
+ARRIVES_AS = {"error_event": "an error event", "status": "an error status"}
+
+result = Outcome(ID, STEP)
+
+ADVICE = (
+    "look for a top-level error key in every upstream event, the first one included, before "
+    "anything that skips events without an id or choices: forward the error event, log the "
+    "outcome error, and end the stream there."
+)
+
+
+async def _sdk_stream(ctx: CheckContext) -> dict[str, Any]:
+    limit = LIMIT_S * budget_scale()  # half a CPU: twice as long
+    import openai  # here, not at the top: importing labkit stays quick
+
+    client = openai.AsyncOpenAI(
+        base_url=ctx.sdk_base_url, api_key="lab-key", max_retries=0, timeout=limit
+    )
+    chunks, text = 0, ""
+    ending = "finished"
+    try:
+        async with asyncio.timeout(limit):
+            stream = await client.chat.completions.create(
+                model="lab-model",
+                messages=[{"role": "user", "content": PROMPT}],
+                stream=True,
+                extra_body={"mock": {**SCENARIO, "seed": SEED}},
+            )
+            async with stream:
+                async for chunk in stream:
+                    chunks += 1
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        text += chunk.choices[0].delta.content
+    except TimeoutError:
+        ending = "hung"
+    except openai.APIStatusError:
+        ending = "status"
+    except openai.APIConnectionError:
+        ending = "connection"
+    except openai.APIError:
+        ending = "error_event"
+    finally:
+        await client.close()
+    return {"ending": ending, "chunks": chunks, "text_chars": len(text)}
+
+
+async def _log_outcomes(ctx: CheckContext, upstream_id: str | None, before: int) -> list[str]:
+    """The outcomes of the log lines written for this request since ``before`` lines."""
+    assert ctx.usage_log is not None
+    deadline = time.monotonic() + LOG_WAIT_S
+    while True:
+        lines, _ = read_log(ctx.usage_log)
+        ours = [e for e in lines[before:] if e.get("id") in (None, upstream_id)]
+        if ours or time.monotonic() >= deadline:
+            return [str(e.get("outcome")) for e in ours]
+        await asyncio.sleep(0.05)
+
+
+async def check_error_before_first_token(ctx: CheckContext) -> CheckResult:
+    before = len(read_log(ctx.usage_log)[0]) if ctx.usage_log is not None else 0
+    sdk = await _sdk_stream(ctx)
+    record = await ctx.record(SEED, until=finished)
+    if record is None:
+        return result.failed(
+            "the request never reached the upstream",
+            {"sdk_ending": sdk["ending"]},
+            "forward POST /v1/chat/completions to the upstream with its JSON body.",
+            step="02_forwarding_proxy",
+        )
+    evidence: dict[str, Any] = {
+        "sdk_ending": sdk["ending"],
+        "sdk_chunks": sdk["chunks"],
+        "upstream_state": record.get("state"),
+    }
+    outcomes: list[str] | None = None
+    if ctx.usage_log is not None:
+        outcomes = await _log_outcomes(ctx, record.get("id"), before)
+        evidence["log_outcomes"] = ",".join(outcomes) or None
+        if not outcomes and not read_log(ctx.usage_log)[0]:
+            outcomes = None  # no usage log written at all: that is for ``usage`` to say
+    logged_ok = outcomes is None or ("error" in outcomes and "completed" not in outcomes)
+    if sdk["ending"] in ARRIVES_AS and not sdk["text_chars"] and logged_ok:
+        logged = "" if outcomes is None else " and is logged as an error"
+        return result.passed(
+            "an upstream error before the first token reaches the client as "
+            + ARRIVES_AS[sdk["ending"]]
+            + logged,
+            evidence,
+        )
+    if sdk["ending"] == "finished":
+        verdict = "an upstream error before the first token became an empty successful completion"
+    elif sdk["ending"] == "hung":
+        verdict = "the stream hung after the upstream failed before its first token"
+    elif sdk["ending"] == "connection":
+        verdict = "the connection broke instead of carrying the upstream's early error"
+    elif sdk["text_chars"]:
+        verdict = "the stream carried text although the upstream sent none"
+    elif outcomes is not None and not outcomes:
+        verdict = "the usage log has no line for a request that failed before its first token"
+    else:
+        verdict = "the usage log records an upstream error before the first token as a success"
+    return result.failed(verdict, evidence, ADVICE)
