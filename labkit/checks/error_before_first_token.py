@@ -25,9 +25,10 @@ import asyncio
 import time
 from typing import Any
 
-from labkit.checks.context import PROMPT, CheckContext, Outcome, finished
+from labkit.checks.context import CheckContext, Outcome, finished
 from labkit.checks.machine import budget_scale
 from labkit.checks.result import CheckResult
+from labkit.checks.sdk_stream import read_with_sdk
 from labkit.checks.usage import LOG_WAIT_S, read_log
 
 ID = "error_before_first_token"
@@ -50,41 +51,6 @@ ADVICE = (
 )
 
 
-async def _sdk_stream(ctx: CheckContext) -> dict[str, Any]:
-    limit = LIMIT_S * budget_scale()  # half a CPU: twice as long
-    import openai  # here, not at the top: importing labkit stays quick
-
-    client = openai.AsyncOpenAI(
-        base_url=ctx.sdk_base_url, api_key="lab-key", max_retries=0, timeout=limit
-    )
-    chunks, text = 0, ""
-    ending = "finished"
-    try:
-        async with asyncio.timeout(limit):
-            stream = await client.chat.completions.create(
-                model="lab-model",
-                messages=[{"role": "user", "content": PROMPT}],
-                stream=True,
-                extra_body={"mock": {**SCENARIO, "seed": SEED}},
-            )
-            async with stream:
-                async for chunk in stream:
-                    chunks += 1
-                    if chunk.choices and chunk.choices[0].delta.content:
-                        text += chunk.choices[0].delta.content
-    except TimeoutError:
-        ending = "hung"
-    except openai.APIStatusError:
-        ending = "status"
-    except openai.APIConnectionError:
-        ending = "connection"
-    except openai.APIError:
-        ending = "error_event"
-    finally:
-        await client.close()
-    return {"ending": ending, "chunks": chunks, "text_chars": len(text)}
-
-
 async def _log_outcomes(ctx: CheckContext, upstream_id: str | None, before: int) -> list[str]:
     """The outcomes of the log lines written for this request since ``before`` lines."""
     assert ctx.usage_log is not None
@@ -99,18 +65,18 @@ async def _log_outcomes(ctx: CheckContext, upstream_id: str | None, before: int)
 
 async def check_error_before_first_token(ctx: CheckContext) -> CheckResult:
     before = len(read_log(ctx.usage_log)[0]) if ctx.usage_log is not None else 0
-    sdk = await _sdk_stream(ctx)
+    sdk = await read_with_sdk(ctx, SCENARIO, SEED, LIMIT_S * budget_scale())
     record = await ctx.record(SEED, until=finished)
     if record is None:
         return result.failed(
             "the request never reached the upstream",
-            {"sdk_ending": sdk["ending"]},
+            {"sdk_ending": sdk.ending},
             "forward POST /v1/chat/completions to the upstream with its JSON body.",
             step="02_forwarding_proxy",
         )
     evidence: dict[str, Any] = {
-        "sdk_ending": sdk["ending"],
-        "sdk_chunks": sdk["chunks"],
+        "sdk_ending": sdk.ending,
+        "sdk_chunks": sdk.chunks,
         "upstream_state": record.get("state"),
     }
     outcomes: list[str] | None = None
@@ -120,21 +86,21 @@ async def check_error_before_first_token(ctx: CheckContext) -> CheckResult:
         if not outcomes and not read_log(ctx.usage_log)[0]:
             outcomes = None  # no usage log written at all: that is for ``usage`` to say
     logged_ok = outcomes is None or ("error" in outcomes and "completed" not in outcomes)
-    if sdk["ending"] in ARRIVES_AS and not sdk["text_chars"] and logged_ok:
+    if sdk.ending in ARRIVES_AS and not sdk.text_chars and logged_ok:
         logged = "" if outcomes is None else " and is logged as an error"
         return result.passed(
             "an upstream error before the first token reaches the client as "
-            + ARRIVES_AS[sdk["ending"]]
+            + ARRIVES_AS[sdk.ending]
             + logged,
             evidence,
         )
-    if sdk["ending"] == "finished":
+    if sdk.ending == "finished":
         verdict = "an upstream error before the first token became an empty successful completion"
-    elif sdk["ending"] == "hung":
+    elif sdk.ending == "hung":
         verdict = "the stream hung after the upstream failed before its first token"
-    elif sdk["ending"] == "connection":
+    elif sdk.ending == "connection":
         verdict = "the connection broke instead of carrying the upstream's early error"
-    elif sdk["text_chars"]:
+    elif sdk.text_chars:
         verdict = "the stream carried text although the upstream sent none"
     elif outcomes is not None and not outcomes:
         verdict = "the usage log has no line for a request that failed before its first token"

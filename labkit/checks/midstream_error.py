@@ -16,11 +16,11 @@ bound is generous (5 s for a failure the proxy sees within milliseconds).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from labkit.capture import acapture_stream
-from labkit.checks.context import PROMPT, CheckContext, Outcome, chat_body
+from labkit.checks.context import CheckContext, Outcome, chat_body
 from labkit.checks.result import CheckResult
+from labkit.checks.sdk_stream import read_with_sdk
 
 ID = "midstream_error"
 STEP = "06_midstream_errors"
@@ -38,57 +38,23 @@ ADVICE = (
 )
 
 
-async def _sdk_stream(ctx: CheckContext, seed: int, scenario: dict[str, int]) -> dict[str, Any]:
-    """Consume one stream with the SDK; say how it ended."""
-    import openai  # here, not at the top: importing labkit stays quick
-
-    client = openai.AsyncOpenAI(
-        base_url=ctx.sdk_base_url, api_key="lab-key", max_retries=0, timeout=LIMIT_S
-    )
-    text: list[str] = []
-    ending = "finished"
-    try:
-        async with asyncio.timeout(LIMIT_S):
-            stream = await client.chat.completions.create(
-                model="lab-model",
-                messages=[{"role": "user", "content": PROMPT}],
-                stream=True,
-                extra_body={"mock": {**scenario, "seed": seed}},
-            )
-            async with stream:
-                async for chunk in stream:
-                    if chunk.choices and chunk.choices[0].delta.content:
-                        text.append(chunk.choices[0].delta.content)
-    except TimeoutError:
-        ending = "hung"
-    except openai.APIStatusError:
-        ending = "status"
-    except openai.APIConnectionError:
-        ending = "connection"
-    except openai.APIError:
-        ending = "error_event"
-    finally:
-        await client.close()
-    return {"ending": ending, "text_chars": len("".join(text))}
-
-
 async def check_midstream_error(ctx: CheckContext) -> CheckResult:
     frame, drop, raw = await asyncio.gather(
-        _sdk_stream(ctx, FRAME_SEED, FRAME),
-        _sdk_stream(ctx, DROP_SEED, DROP),
+        read_with_sdk(ctx, FRAME, FRAME_SEED, LIMIT_S),
+        read_with_sdk(ctx, DROP, DROP_SEED, LIMIT_S),
         acapture_stream(ctx.chat_url, json=chat_body(RAW_SEED, DROP), timeout=LIMIT_S),
     )
     raw_ended = raw.terminal == "error" and raw.transport_error is None
     evidence = {
-        "error_event_sdk_ending": frame["ending"],
-        "error_event_text_chars": frame["text_chars"],
-        "dropped_sdk_ending": drop["ending"],
-        "dropped_text_chars": drop["text_chars"],
+        "error_event_sdk_ending": frame.ending,
+        "error_event_text_chars": frame.text_chars,
+        "dropped_sdk_ending": drop.ending,
+        "dropped_text_chars": drop.text_chars,
         "dropped_raw_terminal": raw.terminal,
         "dropped_raw_ended_ms": round(raw.total_time * 1000),
     }
-    endings = {frame["ending"], drop["ending"]}
-    if endings == {"error_event"} and frame["text_chars"] and drop["text_chars"] and raw_ended:
+    endings = {frame.ending, drop.ending}
+    if endings == {"error_event"} and frame.text_chars and drop.text_chars and raw_ended:
         return result.passed(
             "an upstream failure mid-stream reaches the client as an error event, then the "
             "stream ends",
@@ -102,7 +68,7 @@ async def check_midstream_error(ctx: CheckContext) -> CheckResult:
         verdict = "the proxy answered with an error status instead of streaming the text it had"
     elif "finished" in endings:
         verdict = "the stream ended as if it had succeeded: the failure was hidden"
-    elif not (frame["text_chars"] and drop["text_chars"]):
+    elif not (frame.text_chars and drop.text_chars):
         verdict = "the error arrived but the text before it was lost"
     else:
         verdict = "the stream stayed open after the error event"

@@ -22,12 +22,12 @@ on any machine, and one broken this way fails on the first comment, every time.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from labkit.capture import acapture_stream
-from labkit.checks.context import PROMPT, CheckContext, Outcome, chat_body
+from labkit.checks.context import CheckContext, Outcome, chat_body
 from labkit.checks.machine import budget_scale
 from labkit.checks.result import CheckResult
+from labkit.checks.sdk_stream import read_with_sdk
 
 ID = "passthrough"
 STEP = "07_heartbeats_and_timeouts"
@@ -39,67 +39,34 @@ LIMIT_S = 8.0
 result = Outcome(ID, STEP)
 
 
-async def _sdk_stream(ctx: CheckContext) -> dict[str, Any]:
-    """Read the stream with the SDK; say how it ended."""
-    limit = LIMIT_S * budget_scale()  # half a CPU: twice as long
-    import openai  # here, not at the top: importing labkit stays quick
-
-    client = openai.AsyncOpenAI(
-        base_url=ctx.sdk_base_url, api_key="lab-key", max_retries=0, timeout=limit
-    )
-    text: list[str] = []
-    ending, error = "finished", ""
-    try:
-        async with asyncio.timeout(limit):
-            stream = await client.chat.completions.create(
-                model="lab-model",
-                messages=[{"role": "user", "content": PROMPT}],
-                stream=True,
-                extra_body={"mock": {**SCENARIO, "seed": SDK_SEED}},
-            )
-            async with stream:
-                async for chunk in stream:
-                    if chunk.choices and chunk.choices[0].delta.content:
-                        text.append(chunk.choices[0].delta.content)
-    except TimeoutError:
-        ending = "hung"
-    except openai.APIError as exc:
-        ending, error = "sdk_error", f"{type(exc).__name__}: {exc}"
-    except ValueError as exc:  # json.JSONDecodeError: a data line that is not JSON
-        ending, error = "unparsable", f"{type(exc).__name__}: {exc}"
-    finally:
-        await client.close()
-    return {"ending": ending, "text_chars": len("".join(text)), "error": error[:160]}
-
-
 async def check_passthrough(ctx: CheckContext) -> CheckResult:
     limit = LIMIT_S * budget_scale()  # half a CPU: twice as long
     sdk, raw = await asyncio.gather(
-        _sdk_stream(ctx),
+        read_with_sdk(ctx, SCENARIO, SDK_SEED, limit),
         acapture_stream(ctx.chat_url, json=chat_body(RAW_SEED, SCENARIO), timeout=limit),
     )
     evidence = {
-        "sdk_ending": sdk["ending"],
-        "sdk_text_chars": sdk["text_chars"],
-        "sdk_error": sdk["error"] or None,
+        "sdk_ending": sdk.ending,
+        "sdk_text_chars": sdk.text_chars,
+        "sdk_error": sdk.error or None,
         "raw_terminal": raw.terminal,
         "raw_unreadable_data_events": raw.malformed_events,
         "raw_comments": len(raw.comments),
         "upstream_comment_every_ms": COMMENT_EVERY_MS,
     }
-    if sdk["ending"] == "finished" and sdk["text_chars"] and raw.malformed_events == 0:
+    if sdk.ending == "finished" and sdk.text_chars and raw.malformed_events == 0:
         if raw.terminal == "done":
             return result.passed(
                 "upstream SSE comments never reach the client as data; the SDK reads to the end",
                 evidence,
             )
-    if sdk["ending"] == "unparsable" or raw.malformed_events:
+    if sdk.ending == "unparsable" or raw.malformed_events:
         verdict = "upstream SSE comments reached the client as data lines the SDK cannot parse"
         advice = (
             "a line that starts with a colon is a comment: pass it on as it is (a comment) or "
             "drop it, but never write it out as a data: line."
         )
-    elif sdk["ending"] == "hung":
+    elif sdk.ending == "hung":
         verdict = "the stream hung when the upstream sent SSE comments"
         advice = "treat a comment as an event that carries nothing: read on to the next one."
     else:

@@ -13,10 +13,10 @@ A proxy that has already sent ``200`` and then reports the problem (or turns it 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-from labkit.checks.context import PROMPT, CheckContext, Outcome
+from labkit.checks.context import CheckContext, Outcome
 from labkit.checks.result import CheckResult
+from labkit.checks.sdk_stream import read_with_sdk
 
 ID = "upstream_status"
 STEP = "06_midstream_errors"
@@ -27,55 +27,24 @@ LIMIT_S = 5.0
 result = Outcome(ID, STEP)
 
 
-async def _status_seen(ctx: CheckContext, seed: int, scenario: dict[str, int]) -> dict[str, Any]:
-    """Send one streaming request with the SDK; return the status and Retry-After it saw."""
-    import openai  # here, not at the top: importing labkit stays quick
-
-    client = openai.AsyncOpenAI(
-        base_url=ctx.sdk_base_url, api_key="lab-key", max_retries=0, timeout=LIMIT_S
-    )
-    try:
-        async with asyncio.timeout(LIMIT_S):
-            stream = await client.chat.completions.create(
-                model="lab-model",
-                messages=[{"role": "user", "content": PROMPT}],
-                stream=True,
-                extra_body={"mock": {**scenario, "seed": seed}},
-            )
-            async with stream:
-                async for _ in stream:
-                    pass
-        return {"status": 200, "retry_after": None, "raised": "nothing"}
-    except openai.APIStatusError as exc:
-        return {
-            "status": exc.status_code,
-            "retry_after": exc.response.headers.get("retry-after"),
-            "raised": type(exc).__name__,
-        }
-    except (openai.APIError, TimeoutError) as exc:
-        return {"status": 200, "retry_after": None, "raised": type(exc).__name__}
-    finally:
-        await client.close()
-
-
 async def check_upstream_status(ctx: CheckContext) -> CheckResult:
     limited, unavailable = await asyncio.gather(
-        _status_seen(ctx, LIMITED_SEED, {"status": 429, "retry_after": int(RETRY_AFTER)}),
-        _status_seen(ctx, UNAVAILABLE_SEED, {"status": 503}),
+        read_with_sdk(ctx, {"status": 429, "retry_after": int(RETRY_AFTER)}, LIMITED_SEED, LIMIT_S),
+        read_with_sdk(ctx, {"status": 503}, UNAVAILABLE_SEED, LIMIT_S),
     )
     evidence = {
-        "rate_limited_status": limited["status"],
-        "rate_limited_retry_after": limited["retry_after"],
-        "rate_limited_sdk_raised": limited["raised"],
-        "unavailable_status": unavailable["status"],
-        "unavailable_sdk_raised": unavailable["raised"],
+        "rate_limited_status": limited.status,
+        "rate_limited_retry_after": limited.retry_after,
+        "rate_limited_sdk_raised": limited.raised,
+        "unavailable_status": unavailable.status,
+        "unavailable_sdk_raised": unavailable.raised,
     }
-    statuses_kept = limited["status"] == 429 and unavailable["status"] == 503
-    if statuses_kept and limited["retry_after"] == RETRY_AFTER:
+    statuses_kept = limited.status == 429 and unavailable.status == 503
+    if statuses_kept and limited.retry_after == RETRY_AFTER:
         return result.passed(
             "the upstream's error status and Retry-After reach the client", evidence
         )
-    if limited["status"] == 200 or unavailable["status"] == 200:
+    if limited.status == 200 or unavailable.status == 200:
         verdict = "an upstream error status reached the client as a success"
     elif not statuses_kept:
         verdict = "an upstream error status reached the client as a different status"
