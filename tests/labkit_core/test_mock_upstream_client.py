@@ -138,7 +138,7 @@ def test_gauge_sums_over_label_sets_under_either_name(upstream: ServerHandle) ->
         )
         for model in ("model-a", "model-b")
     ]
-    assert all(c.tokens == 0 for c in captures)
+    assert all(c.content_events == 0 for c in captures)
     assert mock.wait_until_idle()
     capture_stream(f"{upstream.url}/v1/chat/completions", json=chat())
     # both cancelled requests, one label set each, summed; the other name gives the same sum
