@@ -18,12 +18,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["INCONCLUSIVE", "CheckResult", "Evidence", "Status"]
+__all__ = ["INCONCLUSIVE", "MARKS", "CheckResult", "Evidence", "ResultKind", "Status"]
 
 Evidence = Mapping[str, float | int | str | bool | None]
 Status = Literal["passed", "failed", "skipped"]
+ResultKind = Literal["passed", "failed", "skipped", "inconclusive"]
 
-_MARKS: Mapping[Status, str] = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}
+# How each outcome is marked (``__str__`` marks by status: SKIP for an inconclusive one too)
+MARKS: Mapping[ResultKind, str] = {
+    "passed": "PASS",
+    "failed": "FAIL",
+    "skipped": "SKIP",
+    "inconclusive": "????",
+}
 INCONCLUSIVE = "inconclusive"  # the evidence key holding an inconclusive result's reason
 
 
@@ -54,9 +61,15 @@ class CheckResult:
             return "skipped"
         return "passed" if self.passed else "failed"
 
+    @property
+    def outcome(self) -> ResultKind:
+        """``status``, with an inconclusive result told apart from a skipped one: what the
+        grader's table, feedback and CSV show."""
+        return "inconclusive" if self.inconclusive else self.status
+
     def __str__(self) -> str:
         """One stable line, e.g. ``PASS trickle: tokens reach the client as ...``."""
-        return f"{_MARKS[self.status]} {self.id}: {self.verdict}"
+        return f"{MARKS[self.status]} {self.id}: {self.verdict}"
 
     def to_json(self) -> dict[str, object]:
         return {

@@ -11,18 +11,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.checks import CHECK_IDS, CHECKS, CheckResult
+from labkit.checks.result import MARKS
 from labkit.grading.rubric import Rubric
 from labkit.grading.similarity import SimilarityRow
 
 __all__ = [
     "CSV_FIELDS",
-    "MARKS",
     "Problem",
     "SubmissionReport",
     "csv_row",
     "feedback_markdown",
     "gradescope_results",
-    "outcome",
     "render_table",
 ]
 
@@ -155,14 +154,6 @@ def _evidence_text(result: CheckResult) -> str:
     return ", ".join(f"{k}={v}" for k, v in result.evidence.items())
 
 
-def outcome(result: CheckResult) -> str:
-    """``passed``, ``failed``, ``skipped`` or ``inconclusive``: what the CSV and tables show."""
-    return "inconclusive" if result.inconclusive else result.status
-
-
-MARKS = {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP", "inconclusive": "????"}
-
-
 def render_table(report: SubmissionReport, *, evidence: bool = True) -> str:
     """The terminal view: one line per check, then what was seen and what to change."""
     lines = [f"Grading {report.name}"]
@@ -174,7 +165,7 @@ def render_table(report: SubmissionReport, *, evidence: bool = True) -> str:
         lines.append(f"  problem: {report.problem.message}")
     width = max(len(i) for i in CHECK_IDS)
     for result in report.results:
-        lines.append(f"  {MARKS[outcome(result)]}  {result.id:<{width}}  {result.verdict}")
+        lines.append(f"  {MARKS[result.outcome]}  {result.id:<{width}}  {result.verdict}")
         shown = result.status == "failed" or result.inconclusive
         if evidence and shown and report.problem is None:
             if result.evidence:
@@ -244,7 +235,7 @@ def feedback_markdown(report: SubmissionReport, similarity: SimilarityRow | None
         ]
     lines += ["## All checks", "", "| check | result | verdict |", "|---|---|---|"]
     for result in report.results:
-        lines.append(f"| {result.id} | {outcome(result)} | {result.verdict} |")
+        lines.append(f"| {result.id} | {result.outcome} | {result.verdict} |")
     return "\n".join(lines) + "\n"
 
 
@@ -320,5 +311,5 @@ def csv_row(report: SubmissionReport, similarity: SimilarityRow | None = None) -
         row["similarity_flag"] = similarity.flag
     for check_id in CHECK_IDS:
         result = report.result(check_id)
-        row[check_id] = "" if result is None else outcome(result)
+        row[check_id] = "" if result is None else result.outcome
     return row
