@@ -20,18 +20,20 @@ import asyncio
 import concurrent.futures
 import weakref
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from labkit.checks.catalogue import BY_ID, SOLO_LANE, Check, lanes_for, select
 from labkit.checks.context import CheckContext, Outcome
 from labkit.checks.machine import budget_scale, cpu_limit
-from labkit.checks.result import CheckResult
+from labkit.checks.result import INCONCLUSIVE, CheckResult
 from labkit.errors import CaptureError, MockUpstreamError
 
 __all__ = ["arun_checks", "run_checks"]
 
 REACH_STEP = "02_forwarding_proxy"
 ALONE_BELOW_CPUS = 2.0  # on fewer CPUs, the flat-out lane runs after the others
+ATTEMPTS = 2  # an inconclusive check is run once more before it is reported as such
 
 # Lanes of checks running in each event loop (not the solo lane), as futures set when done.
 _BUSY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[None]]] = (
@@ -51,7 +53,28 @@ async def _after_the_others() -> None:
 
 
 async def run_one(check: Check, ctx: CheckContext) -> CheckResult:
-    """Run one check within its budget; turn anything unexpected into a failed result."""
+    """Run one check within its budget; turn anything unexpected into a failed result.
+
+    A check that comes out inconclusive (the machine paused, the mock was too busy) is run
+    again, up to ATTEMPTS times in all: a pause of a second or two on a shared machine rarely
+    strikes twice, and a verdict is worth more than an honest shrug. The evidence of a result
+    that took more than one attempt says how many (``attempts``) and why the first did not
+    count (``first_attempt``)."""
+    result = await _attempt(check, ctx)
+    attempts = 1
+    first = result
+    while result.inconclusive and attempts < ATTEMPTS:
+        result = await _attempt(check, ctx)
+        attempts += 1
+    if attempts == 1:
+        return result
+    reason = str(first.evidence.get(INCONCLUSIVE, ""))[:300]
+    return replace(
+        result, evidence={**result.evidence, "attempts": attempts, "first_attempt": reason}
+    )
+
+
+async def _attempt(check: Check, ctx: CheckContext) -> CheckResult:
     scale = budget_scale()
     budget_s = check.budget_s * scale
     try:
