@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from labkit.checks import CHECK_IDS
+from labkit.checks.catalogue import ALL_IDS, PROFILES, select
 from labkit.errors import LabkitError
 from labkit.grading.class_results import (
     ClassResults,
@@ -100,7 +100,14 @@ def _add_grade(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     grade.add_argument("--rubric", help="TOML file with weights and time limits")
     grade.add_argument("--json", action="store_true", help="print the report as JSON")
     grade.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
-    grade.add_argument("--only", nargs="+", metavar="ID", choices=CHECK_IDS, help="check ids")
+    grade.add_argument("--only", nargs="+", metavar="ID", choices=ALL_IDS, help="check ids")
+    grade.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default="lab",
+        help="lab: the lab's checks (default, seconds each); gateway: also the cases a deployed "
+        "gateway meets that take the real durations (minute_stream: over a minute)",
+    )
     grade.set_defaults(run=_run_grade)
 
 
@@ -120,6 +127,13 @@ def _run_grade(args: argparse.Namespace) -> int:
         raise UsageError("--roster needs --out DIR: where to write grades.csv and feedback.")
     if args.roster is not None and args.gradescope is not None:
         raise UsageError("--gradescope grades one submission; leave it out with --roster.")
+    if args.roster is not None and args.profile != "lab":
+        raise UsageError(
+            "--profile gateway grades one deployed gateway (--url) or one file; a roster is "
+            "graded on the lab's checks. Leave --profile out with --roster."
+        )
+    if args.only is None and args.profile != "lab":
+        args.only = list(select(None, args.profile))
     rubric = Rubric.load(args.rubric)
     if args.roster is not None:
         return _grade_roster(args, rubric)

@@ -126,9 +126,16 @@ class CaptureError(LabkitError):
 
 
 class MockUpstreamError(LabkitError):
-    def __init__(self, *, url: str, expected: str, got: str) -> None:
-        super().__init__(
-            f"Expected {expected} from {url}, got {got}. "
-            "Is that URL a mock upstream? Use the .url of start_mock_upstream()."
-        )
+    def __init__(self, *, url: str, expected: str, got: str, from_env: str | None = None) -> None:
+        if from_env is None:
+            advice = "Is that URL a mock upstream? Use the .url of start_mock_upstream()."
+        else:  # the learner pointed the lab at a real server on purpose
+            advice = (
+                f"{from_env} points the lab at a server that does not answer as its mock "
+                "upstream does. This cell needs the mock (its records, metrics or fault "
+                "scenarios): unset "
+                f"{from_env} and restart the kernel to run it; the cells of notebooks 01-03 "
+                "run against a real server."
+            )
+        super().__init__(f"Expected {expected} from {url}, got {got}. {advice}")
         self.url = url

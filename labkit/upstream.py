@@ -12,6 +12,7 @@ numbers taken from the server that did the generating::
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -21,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from labkit.capture import shared_ssl_context
 from labkit.errors import MockUpstreamError
 from labkit.handles import ServerHandle
+from labkit.servers import UPSTREAM_URL_ENV
 from mock_upstream import DEBUG_TOKEN_HEADER
 
 __all__ = ["MockUpstream"]
@@ -37,6 +39,9 @@ class MockUpstream:
         # A mock started with a debug token (the grader's) answers its debug routes only to
         # requests that carry it; learner code never sees it.
         self.headers = {DEBUG_TOKEN_HEADER: token} if token else {}
+        external = os.environ.get(UPSTREAM_URL_ENV, "").rstrip("/")
+        # an error then says the cell needs the mock, not that a URL was mistyped
+        self._from_env = UPSTREAM_URL_ENV if external and self.url == external else None
 
     def __repr__(self) -> str:
         return f"MockUpstream({self.url!r})"
@@ -52,11 +57,17 @@ class MockUpstream:
             )
         except httpx.TransportError as exc:
             raise MockUpstreamError(
-                url=url, expected="a response", got=f"{type(exc).__name__}: {exc}"
+                url=url,
+                expected="a response",
+                got=f"{type(exc).__name__}: {exc}",
+                from_env=self._from_env,
             ) from None
         if not response.is_success:
             raise MockUpstreamError(
-                url=url, expected="HTTP 200", got=f"HTTP {response.status_code}"
+                url=url,
+                expected="HTTP 200",
+                got=f"HTTP {response.status_code}",
+                from_env=self._from_env,
             )
         return response
 
@@ -72,6 +83,7 @@ class MockUpstream:
                 url=self.url + "/debug/requests",
                 expected="a JSON list of request records",
                 got=response.text[:80] or "an empty body",
+                from_env=self._from_env,
             )
         return records
 

@@ -5,15 +5,20 @@ the notebooks ask for them. The order here is the order of every report.
 
 Lanes say what may run side by side. Checks in one lane run one after another; lanes run at the
 same time. The grader gives every lane its own proxy process, so a blocked event loop or a
-memory spike in one experiment cannot spill into another's numbers. The last lane
-(``backpressure``) drives its upstream at full speed; it needs a mock of its own, and against
+memory spike in one experiment cannot spill into another's numbers. The ``backpressure``
+lane drives its upstream at full speed; it needs a mock of its own, and against
 a shared one ``arun_checks`` runs it after the others (``SOLO_LANE``).
+
+Profiles: ``CHECKS`` are the lab's (``CHECK_IDS``, what every grading runs, each in seconds).
+``GATEWAY_CHECKS`` add what only a deployed gateway meets and that takes the real durations
+(``minute_stream``, over a minute): ``select(profile="gateway")`` runs both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 from labkit.checks import (
     backpressure,
@@ -23,6 +28,7 @@ from labkit.checks import (
     keepalive,
     long_stream,
     midstream_error,
+    minute_stream,
     passthrough,
     tool_calls,
     trickle,
@@ -32,7 +38,22 @@ from labkit.checks import (
 from labkit.checks.context import CheckContext
 from labkit.checks.result import CheckResult
 
-__all__ = ["CHECKS", "CHECK_IDS", "LANES", "SOLO_LANE", "Check", "lanes_for", "select"]
+__all__ = [
+    "ALL_IDS",
+    "CHECKS",
+    "CHECK_IDS",
+    "GATEWAY_CHECKS",
+    "LANES",
+    "PROFILES",
+    "SOLO_LANE",
+    "Check",
+    "Profile",
+    "lanes_for",
+    "select",
+]
+
+Profile = Literal["lab", "gateway"]
+PROFILES: tuple[Profile, ...] = ("lab", "gateway")
 
 
 @dataclass(frozen=True)
@@ -141,7 +162,17 @@ CHECKS: tuple[Check, ...] = (
     ),
 )
 CHECK_IDS: tuple[str, ...] = tuple(check.id for check in CHECKS)
-BY_ID = {check.id: check for check in CHECKS}
+GATEWAY_CHECKS: tuple[Check, ...] = (
+    Check(
+        "minute_stream",
+        minute_stream.check_minute_stream,
+        minute_stream.BUDGET_S,
+        "a stream of over a minute, mostly silent, gets through",
+        minute_stream.STEP,
+    ),
+)
+ALL_IDS: tuple[str, ...] = CHECK_IDS + tuple(check.id for check in GATEWAY_CHECKS)
+BY_ID = {check.id: check for check in CHECKS + GATEWAY_CHECKS}
 
 LANES: tuple[tuple[str, ...], ...] = (
     # error_before_first_token shares its lane with upstream_status: both leave log lines
@@ -151,22 +182,30 @@ LANES: tuple[tuple[str, ...], ...] = (
     ("trickle", "cancel", "usage", "tool_calls"),
     ("concurrency",),
     ("backpressure",),
+    ("minute_stream",),  # gateway profile only: a minute of mostly waiting, beside the others
 )
 SOLO_LANE = ("backpressure",)
 
 
-def select(only: str | Iterable[str] | None) -> tuple[str, ...]:
-    """The ids to run, in catalogue order. Raises ``ValueError`` naming an unknown id."""
+def select(only: str | Iterable[str] | None, profile: Profile = "lab") -> tuple[str, ...]:
+    """The ids to run, in catalogue order: ``only`` these, or every check of ``profile``
+    (``"lab"``: ``CHECK_IDS``; ``"gateway"``: those and ``GATEWAY_CHECKS``). Raises
+    ``ValueError`` naming an unknown id or profile."""
+    if profile not in PROFILES:
+        raise ValueError(
+            f"Expected a profile from {', '.join(PROFILES)}; got {profile!r}. "
+            "Use --profile gateway to add the slow checks a deployed gateway meets."
+        )
     if only is None:
-        return CHECK_IDS
+        return CHECK_IDS if profile == "lab" else ALL_IDS
     wanted = {only} if isinstance(only, str) else set(only)
-    unknown = sorted(wanted - set(CHECK_IDS))
+    unknown = sorted(wanted - set(ALL_IDS))
     if unknown:
         raise ValueError(
-            f"Expected check ids from {', '.join(CHECK_IDS)}; got unknown {', '.join(unknown)}. "
+            f"Expected check ids from {', '.join(ALL_IDS)}; got unknown {', '.join(unknown)}. "
             "Fix the spelling (ids use underscores)."
         )
-    return tuple(i for i in CHECK_IDS if i in wanted)
+    return tuple(i for i in ALL_IDS if i in wanted)
 
 
 def lanes_for(ids: Iterable[str]) -> list[tuple[str, ...]]:

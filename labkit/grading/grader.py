@@ -154,12 +154,12 @@ async def agrade_file(
     isolation = await asyncio.to_thread(choose)
     sandbox = Path(tempfile.mkdtemp(prefix="labkit-grade-"))
     try:
-        async with asyncio.timeout(rubric.time_limit_s()):
+        async with asyncio.timeout(rubric.time_limit_s(ids)):
             problem = await _run_lanes(source, sandbox, to_run, servers, results, isolation)
     except TimeoutError:
         problem = Problem(
             "submission_timeout",
-            f"grading took longer than {rubric.time_limit_s():g} s and was stopped: "
+            f"grading took longer than {rubric.time_limit_s(ids):g} s and was stopped: "
             "the proxy stopped answering. Make every request end, then grade again.",
         )
     finally:
@@ -273,12 +273,12 @@ async def agrade_url(
         results = _not_run(ids, "not run: the proxy could not be graded")
     else:
         try:
-            async with asyncio.timeout(rubric.time_limit_s()):
+            async with asyncio.timeout(rubric.time_limit_s(ids)):
                 results = await arun_checks(proxy_url, upstream_url=upstream_url, only=ids)
         except TimeoutError:
             problem = Problem(
                 "submission_timeout",
-                f"grading took longer than {rubric.time_limit_s():g} s and was stopped.",
+                f"grading took longer than {rubric.time_limit_s(ids):g} s and was stopped.",
             )
             results = _not_run(ids, "not run: grading was stopped")
     return SubmissionReport(

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.checks import CHECK_IDS, CHECKS, CheckResult
+from labkit.checks import CHECK_IDS, CheckResult
+from labkit.checks.catalogue import BY_ID
 from labkit.checks.result import MARKS
 from labkit.grading.rubric import Rubric
 from labkit.grading.similarity import SimilarityRow
@@ -25,7 +26,7 @@ __all__ = [
     "render_table",
 ]
 
-SUMMARIES = {check.id: check.summary for check in CHECKS}
+SUMMARIES = {check.id: check.summary for check in BY_ID.values()}
 
 
 @dataclass(frozen=True)

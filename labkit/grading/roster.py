@@ -107,7 +107,7 @@ def grade_in_worker(
         command += ["--rubric", str(Path(rubric_path).resolve())]
     if only:
         command += ["--only", *only]
-    limit = rubric.time_limit_s() + WORKER_GRACE_S
+    limit = rubric.time_limit_s(ids) + WORKER_GRACE_S
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="labkit-worker-") as home:
         process = subprocess.Popen(

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from labkit.checks import CHECK_IDS
+from labkit.checks.catalogue import ALL_IDS, BY_ID
 from labkit.checks.machine import budget_scale
 from labkit.errors import LabkitError
 
@@ -38,6 +39,7 @@ __all__ = ["DEFAULT_MAX_SCORE", "DEFAULT_SUBMISSION_TIMEOUT_S", "Rubric", "Rubri
 
 DEFAULT_MAX_SCORE = 100.0
 DEFAULT_SUBMISSION_TIMEOUT_S = 90.0
+START_MARGIN_S = 30.0  # starting the proxy and the mocks, beside the longest check
 _TOP_KEYS = ("max_score", "submission_timeout_s", "inconclusive", "weights")
 INCONCLUSIVE_POLICIES = ("leave_out", "award")
 
@@ -61,9 +63,12 @@ class Rubric:
     def awards_inconclusive(self) -> bool:
         return self.inconclusive == "award"
 
-    def time_limit_s(self) -> float:
-        """``submission_timeout_s`` on this machine: stretched below one CPU."""
-        return self.submission_timeout_s * budget_scale()
+    def time_limit_s(self, ids: Iterable[str] = ()) -> float:
+        """``submission_timeout_s`` on this machine: stretched below one CPU, and never shorter
+        than the longest of the checks ``ids`` (``minute_stream`` alone takes 67 s) plus
+        ``START_MARGIN_S`` for starting the proxy."""
+        longest = max((BY_ID[i].budget_s for i in ids), default=0.0)
+        return max(self.submission_timeout_s, longest + START_MARGIN_S) * budget_scale()
 
     def weight(self, check_id: str) -> float:
         return float(self.weights.get(check_id, 1.0))
@@ -120,9 +125,9 @@ class Rubric:
         if not isinstance(weights, Mapping):
             raise RubricError(path, "[weights] must be a table of check id = number")
         for key, value in weights.items():
-            if key not in CHECK_IDS:
+            if key not in ALL_IDS:
                 raise RubricError(
-                    path, f"unknown check {key!r} in [weights]; expected {', '.join(CHECK_IDS)}"
+                    path, f"unknown check {key!r} in [weights]; expected {', '.join(ALL_IDS)}"
                 )
             _number(path, f"weights.{key}", value)
         inconclusive = data.get("inconclusive", "leave_out")

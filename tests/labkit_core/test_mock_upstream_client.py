@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 
 from labkit import (
     ExternalServer,
@@ -70,6 +71,34 @@ def test_the_env_var_points_at_an_external_mock(monkeypatch: pytest.MonkeyPatch)
         handle.stop()  # not ours: leaves it running
         assert external.running
         assert MockUpstream(handle).requests() == []
+
+
+def test_a_record_cell_against_a_real_server_says_it_needs_the_mock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With LABKIT_UPSTREAM_URL at a real OpenAI-compatible server (here: an app that serves
+    chat completions but no /debug routes), a cell that reads the mock's records says why it
+    cannot run there instead of suggesting a mistyped URL."""
+    real = FastAPI()
+
+    @real.post("/v1/chat/completions")
+    async def chat_route() -> dict[str, str]:
+        return {"object": "chat.completion"}
+
+    with serve(real, name="real-server") as server:
+        monkeypatch.setenv("LABKIT_UPSTREAM_URL", server.url)
+        handle = start_mock_upstream()
+        with pytest.raises(MockUpstreamError) as caught:
+            MockUpstream(handle).requests()
+    message = str(caught.value)
+    assert message.startswith(f"Expected HTTP 200 from {server.url}/debug/requests, got HTTP 404.")
+    assert "This cell needs the mock (its records, metrics or fault scenarios): unset" in message
+    assert "LABKIT_UPSTREAM_URL and restart the kernel" in message
+    # without the env var, the same mistake is a URL that is not a mock's
+    monkeypatch.delenv("LABKIT_UPSTREAM_URL")
+    with serve(real, name="real-server") as server, pytest.raises(MockUpstreamError) as caught:
+        MockUpstream(server.url).requests()
+    assert "Use the .url of start_mock_upstream()" in str(caught.value)
 
 
 def test_a_stream_shows_up_as_a_completed_record_with_usage(upstream: ServerHandle) -> None:

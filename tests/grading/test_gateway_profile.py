@@ -1,0 +1,105 @@
+"""``--profile gateway``: the slow case only a deployed gateway meets (``minute_stream``, a
+stream of over a minute with 50 s of upstream silence, read by a client that hangs up after
+30 s of idle), off by default and judged like every other check."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import ExitStack
+
+import pytest
+
+from labkit import serve, serve_subprocess
+from labkit.checks import CHECK_IDS, CheckResult, arun_checks
+from labkit.checks.catalogue import ALL_IDS, lanes_for, select
+from labkit.cli import main
+from labkit.grading.rubric import Rubric
+from mock_upstream import create_app
+
+
+def test_the_lab_profile_is_the_default_and_the_gateway_profile_adds_the_slow_case() -> None:
+    assert select(None) == CHECK_IDS
+    assert "minute_stream" not in CHECK_IDS
+    assert select(None, "gateway") == (*CHECK_IDS, "minute_stream") == ALL_IDS
+    assert select(["minute_stream", "trickle"]) == ("trickle", "minute_stream")
+    assert ("minute_stream",) in lanes_for(select(None, "gateway"))
+
+
+def test_an_unknown_profile_is_named_in_the_error() -> None:
+    with pytest.raises(ValueError, match=r"got 'edge'\. Use --profile gateway"):
+        select(None, "edge")  # type: ignore[arg-type]
+
+
+def test_a_minute_long_check_gets_a_time_limit_it_fits_in() -> None:
+    rubric = Rubric()
+    assert rubric.time_limit_s(CHECK_IDS) == rubric.time_limit_s()
+    assert rubric.time_limit_s(ALL_IDS) >= 100 + 30  # minute_stream's budget and a start margin
+
+
+def test_a_roster_is_not_graded_on_the_gateway_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["grade", "--roster", "x", "--out", "y", "--profile", "gateway"]
+    assert main(argv) == 2
+    assert "Leave --profile out with --roster." in capsys.readouterr().err
+
+
+# The reference, and two ways a gateway loses a long, mostly silent stream (the reference's own
+# settings, from its environment): heartbeats rarer than the client's idle limit, and an
+# upstream read timeout shorter than the model's silence.
+VARIANTS = {
+    "reference": {},
+    "heartbeat_every_40s": {"HEARTBEAT_S": "40"},
+    "upstream_idle_20s": {"UPSTREAM_IDLE_S": "20"},
+}
+
+
+@pytest.fixture
+def minute_stream_results() -> Iterator[dict[str, CheckResult]]:
+    with ExitStack() as stack:
+        targets: dict[str, tuple[str, str]] = {}
+        for name, env in VARIANTS.items():
+            mock = stack.enter_context(serve(create_app(), name=f"minute-mock-{name}"))
+            proxy = stack.enter_context(
+                serve_subprocess(
+                    "solutions.proxy:app",
+                    name=f"minute-proxy-{name}",
+                    env={"UPSTREAM_URL": mock.url, **env},
+                )
+            )
+            targets[name] = (proxy.url, mock.url)
+
+        async def grade_all() -> list[list[CheckResult]]:
+            return await asyncio.gather(
+                *(arun_checks(p, upstream_url=u, only="minute_stream") for p, u in targets.values())
+            )
+
+        graded = asyncio.run(grade_all())
+        yield {name: results[0] for name, results in zip(targets, graded, strict=True)}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_minute_stream_passes_the_reference_and_fails_each_way_of_losing_it(
+    minute_stream_results: dict[str, CheckResult],
+) -> None:
+    results = minute_stream_results
+    shown = {name: (str(r), dict(r.evidence)) for name, r in results.items()}
+    reference = results["reference"]
+    assert str(reference) == (
+        "PASS minute_stream: a stream of more than a minute, silent for most of it, reaches the "
+        "client"
+    ), shown
+    assert reference.evidence["client_total_ms"] > 60_000, shown
+    assert reference.evidence["tokens_received"] == 64, shown
+
+    rare = results["heartbeat_every_40s"]
+    assert rare.status == "failed", shown
+    assert rare.verdict == (
+        "nothing reached the client for longer than its idle limit while the upstream was silent"
+    ), shown
+    assert rare.hint.startswith("07_heartbeats_and_timeouts: "), shown
+    assert rare.evidence["longest_gap_between_bytes_ms"] >= 30_000, shown
+
+    impatient = results["upstream_idle_20s"]
+    assert impatient.status == "failed", shown
+    assert impatient.verdict == "the proxy gave up on the upstream during its silence", shown
