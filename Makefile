@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider
 
-.PHONY: help lab test system-packages lint typecheck unit nbval grade student bench bench-quick doctor clean
+.PHONY: help lab test system-packages lint typecheck unit nbval grade student bench bench-quick doctor clean lock
 
 help:
 	@echo "make lab      JupyterLab on notebooks/ (127.0.0.1, token auth on)"
@@ -17,12 +17,32 @@ help:
 	@echo "make student  the learner bundle (notebooks, proxy.py stubbed, set-up) in student/"
 	@echo "make bench    benchmarks, ~14 min (make bench-quick: ~1 min); results in bench/results/"
 	@echo "make doctor   diagnose this machine's setup"
+	@echo "make lock     re-resolve the locked versions after changing pyproject.toml"
 
-$(STAMP): pyproject.toml
+# Installs the locked set (requirements/dev.txt: exact versions, resolved once by `make lock`),
+# then the project itself without resolving again.
+LOCK         := requirements/dev.txt
+RUNTIME_LOCK := labkit/bundle_files/requirements.txt
+
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	@touch $@
+
+# Re-resolve both locks from pyproject.toml's ranges (after changing a dependency): the dev set
+# for `make`, and the runtime set, constrained to the same versions, that the learner bundle,
+# the Gradescope autograder and the Containerfile install. tests/test_environment.py checks
+# that they agree with pyproject.toml and with each other.
+PIP_COMPILE = .venv-lock/bin/pip-compile --quiet --strip-extras --no-emit-index-url --no-emit-find-links
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --quiet 'pip-tools==7.6.2'
+	mkdir -p $(dir $(LOCK))
+	$(PIP_COMPILE) --extra dev --output-file $(LOCK) pyproject.toml
+	$(PIP_COMPILE) --constraint $(LOCK) --output-file $(RUNTIME_LOCK) pyproject.toml
+	rm -rf .venv-lock
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --no-browser --allow-root

@@ -3,7 +3,9 @@
 Both carry copies of ``labkit`` and ``mock_upstream`` and a ``pyproject.toml`` that installs
 them with the pins this distribution was built with, so a learner's machine, Binder and a
 Gradescope container all run the code and versions the lessons were written against.
-Templates live in ``labkit/bundle_files`` and use ``@NAME@`` placeholders.
+Templates live in ``labkit/bundle_files`` and use ``@NAME@`` placeholders. Both install from
+``RUNTIME_LOCK`` (``bundle_files/requirements.txt``: every runtime package at the exact version
+`make lock` resolved), then the copied packages with ``--no-deps``.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from labkit.errors import LabkitError
 
 __all__ = [
     "DISTRIBUTION",
+    "RUNTIME_LOCK",
     "SHIPPED_AS",
     "TEMPLATES",
     "copy_packages",
     "installed_distribution",
+    "locked_requirements",
     "pyproject",
     "render",
     "requirements",
@@ -32,6 +36,7 @@ DISTRIBUTION = "streaming-proxy-lab"
 # the same packages as installed by the learner bundle and by the Gradescope autograder
 SHIPPED_AS = ("streaming-proxy-lab", "streaming-proxy-lab-learner", "streaming-proxy-lab-grader")
 TEMPLATES = Path(__file__).parent / "bundle_files"
+RUNTIME_LOCK = TEMPLATES / "requirements.txt"
 
 
 def installed_distribution() -> str:
@@ -49,6 +54,12 @@ def requirements() -> list[str]:
     """This distribution's runtime requirements, with their version ranges."""
     requires = importlib.metadata.requires(DISTRIBUTION) or []
     return [r for r in requires if "extra ==" not in r]
+
+
+def locked_requirements() -> list[str]:
+    """The runtime lock's pins (``name==version``), without pip-compile's comments."""
+    lines = RUNTIME_LOCK.read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if "==" in line and not line.startswith("#")]
 
 
 def copy_packages(into: Path) -> None:

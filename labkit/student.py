@@ -26,7 +26,7 @@ import nbformat
 
 from labkit.errors import LabkitError
 from labkit.grading.classroom import workflow
-from labkit.packaging import copy_packages, pyproject, render, requirements
+from labkit.packaging import RUNTIME_LOCK, copy_packages, locked_requirements, pyproject, render
 from labkit.proxy_file import PART_MAGIC, part_functions
 from labkit.regions import BEGIN, END, SolutionRegionError, regions, strip_solutions
 
@@ -185,10 +185,11 @@ def make_bundle(
     proxy.write_text(proxy_source, encoding="utf-8")
     copy_packages(out)
 
-    conda_pip = "\n".join(f"      - {r}" for r in requirements())
+    conda_pip = "\n".join(f"      - {r}" for r in locked_requirements())
     files = {
         "README.md": render("README.md", BINDER_REPO=binder_repo),
         "Makefile": render("Makefile"),
+        "requirements.txt": RUNTIME_LOCK.read_text(encoding="utf-8"),
         "pyproject.toml": pyproject(
             "streaming-proxy-lab-learner",
             "The Streaming Proxy Lab, learner bundle: notebooks, helpers, a mock upstream.",

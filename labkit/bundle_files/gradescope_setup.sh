@@ -45,7 +45,9 @@ command -v bwrap >/dev/null 2>&1 || apt_install bubblewrap || echo "setup.sh: no
 
 "$PYTHON" -m venv "$ROOT/venv"
 "$ROOT/venv/bin/python" -m pip install --quiet --upgrade pip
-"$ROOT/venv/bin/python" -m pip install --quiet "$SOURCE/grader"
+# the locked versions (the lessons' pinned behaviour), then the grader without resolving again
+"$ROOT/venv/bin/python" -m pip install --quiet -r "$SOURCE/requirements.txt"
+"$ROOT/venv/bin/python" -m pip install --quiet --no-deps "$SOURCE/grader"
 # What the grader will find here, for the build log: its sandbox and the CPU it may use.
 "$ROOT/venv/bin/python" -c 'from labkit.checks import machine
 from labkit.grading.isolation import choose

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 from labkit.grading.rubric import Rubric
-from labkit.packaging import copy_packages, pyproject, render
+from labkit.packaging import RUNTIME_LOCK, copy_packages, pyproject, render
 
 __all__ = ["ENTRYPOINTS", "write_gradescope_zip"]
 
@@ -43,6 +43,7 @@ def write_gradescope_zip(out: Path, rubric: Rubric | None = None) -> list[str]:
         "setup.sh": (render("gradescope_setup.sh").encode(), EXECUTABLE),
         "run_autograder": (render("gradescope_run_autograder").encode(), EXECUTABLE),
         "rubric.toml": (rubric.to_toml().encode(), 0o644),
+        "requirements.txt": (RUNTIME_LOCK.read_bytes(), 0o644),
         "grader/pyproject.toml": (
             pyproject(
                 "streaming-proxy-lab-grader",
