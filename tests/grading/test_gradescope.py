@@ -22,6 +22,7 @@ from labkit.cli import main
 from labkit.grading.autograder import write_gradescope_zip
 from labkit.grading.gradescope import NotGradable, find_submission
 from labkit.grading.rubric import Rubric
+from labkit.packaging import locked_requirements
 from labkit.regions import strip_solutions
 from tests.notebooks.bundle_leaks import leaks
 
@@ -175,6 +176,7 @@ def test_a_whole_repository_upload_finds_the_learners_proxy(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a full install from PyPI: 30 s idle here, minutes on a busy machine
 def test_setup_sh_installs_the_grader_into_a_fresh_venv(
     tmp_path: Path, autograder_zip: Path
 ) -> None:
@@ -199,6 +201,20 @@ def test_setup_sh_installs_the_grader_into_a_fresh_venv(
     output = done.stdout.decode() + done.stderr.decode()
     assert done.returncode == 0, output[-3000:]
     assert "setup.sh: learner code will run in: " in output
+    # the grader runs the locked versions, not the newest its ranges allow
+    for pin in ("openai==", "anthropic==", "uvicorn=="):
+        locked = next(line for line in locked_requirements() if line.startswith(pin))
+        name = pin.rstrip("=")
+        installed = subprocess.run(
+            [
+                str(root / "venv" / "bin" / "python"),
+                "-c",
+                f"import importlib.metadata as m; print(m.version({name!r}))",
+            ],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        assert f"{name}=={installed}" == locked
     shown = subprocess.run(
         [str(root / "venv" / "bin" / "labkit"), "grade", "--help"], capture_output=True
     )

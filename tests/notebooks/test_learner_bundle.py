@@ -164,6 +164,7 @@ def test_the_classroom_workflow_grades_each_check_in_a_step_of_its_own(bundle: P
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 26 gradings one after another: 2 min idle, longer on a busy machine
 def test_each_classroom_step_passes_a_correct_proxy_and_fails_the_stubbed_one(
     bundle: Path, tmp_path: Path
 ) -> None:
