@@ -50,16 +50,19 @@ def test_verdict_table(tmp_path: Path) -> None:
 
     table, wrong = [], []
     for report in reports:
-        failed = {r.id for r in report.results if not r.passed}
+        # An inconclusive check (the machine paused twice, see runner.ATTEMPTS) is neither a
+        # pass nor a fail: it shows as "?" and only matters if a failure was expected there.
+        failed = {r.id for r in report.results if r.status == "failed"}
+        undecided = {r.id for r in report.results if r.inconclusive}
         expected = set() if report.name in REFERENCES else expected_failures(report.name)
-        marks = " ".join("." if check_id not in failed else "F" for check_id in CHECK_IDS)
+        marks = " ".join("F" if i in failed else "?" if i in undecided else "." for i in CHECK_IDS)
         table.append(f"{report.name:<24} {marks}  {report.elapsed_s:5.1f} s")
         if failed != expected or report.problem is not None:
             wrong.append(f"{report.name}: failed {sorted(failed)}, expected {sorted(expected)}")
             wrong += [f"    {r} {dict(r.evidence)}" for r in report.results]
         for result in report.results:
             assert not re.search(r"\d", result.verdict), result  # nbval compares verdicts
-    print("\n".join(["", "verdict table (F = failed):", *table]), file=sys.stderr)
+    print("\n".join(["", "verdict table (F = failed, ? = inconclusive):", *table]), file=sys.stderr)
     assert not wrong, "\n".join(wrong)
 
 
@@ -81,7 +84,7 @@ def test_every_solution_region_carries_a_graded_property(tmp_path: Path) -> None
     table, dead = [], []
     caught: set[str] = set()
     for report in reports:
-        failed = {r.id for r in report.results if not r.passed}
+        failed = {r.id for r in report.results if r.status == "failed"}
         caught |= failed
         marks = " ".join("F" if check_id in failed else "." for check_id in CHECK_IDS)
         table.append(f"{report.name:<18} {marks}")
