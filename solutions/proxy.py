@@ -17,7 +17,7 @@ cell, which writes it into this file (``%%proxy_part``). Which notebook, and wha
 * 06 ``error_event``, ``forward_whole``: failures after the 200 become error events; failures
   before it keep their status and ``Retry-After``;
 * 07 ``upstream_timeout``, ``next_item``: no 5 s default, heartbeats, an idle deadline;
-* 09 ``make_queue``: a bounded queue, so a slow client slows the upstream instead of growing us.
+* 10 ``make_queue``: a bounded queue, so a slow client slows the upstream instead of growing us.
 
 Everything else (settings, types, request checks, the app) is given.
 
@@ -430,7 +430,7 @@ async def next_item(queue: asyncio.Queue[Item]) -> Item | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# 09 · Backpressure
+# 10 · Backpressure
 
 
 def make_queue() -> asyncio.Queue[Item]:

@@ -38,7 +38,7 @@ def test_zlib_holds_small_writes_until_a_sync_flush() -> None:
 def test_httpx_pool_closes_a_finished_connection_once_it_holds_more_than_the_keepalive_count(
     keepalive: int, kept: int
 ) -> None:
-    # Notebook 10 and the README's benchmark notes: httpcore 1.0.9 compares *all* its
+    # docs/connection-pool.md and the README's benchmark notes: httpcore 1.0.9 compares *all* its
     # connections, not the idle ones, with max_keepalive_connections (encode/httpcore#1035). A
     # proxy holding more streams than that count closes each upstream connection as its stream
     # ends (one idle connection is within a keep-alive count of 2, yet it is closed), and every

@@ -52,10 +52,10 @@ def test_code_region_becomes_a_stub_that_names_the_function_and_the_notebook() -
 
 
 def test_a_stand_in_replaces_the_region_and_keeps_its_indentation() -> None:
-    source, _ = strip_solutions(QUEUE, kind="code", notebook="09_backpressure")
+    source, _ = strip_solutions(QUEUE, kind="code", notebook="10_backpressure")
     assert "maxsize" not in source
     assert source.endswith(
-        "    # YOUR CODE HERE: make_queue, notebook 09_backpressure. Until then, this stand-in "
+        "    # YOUR CODE HERE: make_queue, notebook 10_backpressure. Until then, this stand-in "
         "runs:\n    return asyncio.Queue()\n"
     )
     body, _ = strip_solutions(BODY, kind="code", notebook="04_cancel")
@@ -78,11 +78,11 @@ def test_unwritten_finds_the_stubs_again() -> None:
 
 
 def test_an_owner_names_each_region_s_notebook() -> None:
-    owners = {"forward": "02_forwarding_proxy", "make_queue": "09_backpressure"}
+    owners = {"forward": "02_forwarding_proxy", "make_queue": "10_backpressure"}
     stubbed, _ = strip_solutions(
         ROUTE + "\n" + QUEUE, kind="code", owner=lambda r: owners[r.function]
     )
-    assert [u.notebook for u in unwritten(stubbed)] == ["02_forwarding_proxy", "09_backpressure"]
+    assert [u.notebook for u in unwritten(stubbed)] == ["02_forwarding_proxy", "10_backpressure"]
 
 
 def test_markdown_answer_becomes_a_prompt() -> None:
@@ -148,7 +148,7 @@ def forward(request):
     ### END SOLUTION
 
 
-# 09 · Backpressure
+# 10 · Backpressure
 
 
 def make_queue():
@@ -161,9 +161,9 @@ def make_queue():
 
 def _course(tmp_path: Path) -> tuple[Path, Path]:
     notebooks = tmp_path / "course" / "notebooks"
-    part = "%%proxy_part\n" + SOLUTION[SOLUTION.index("def forward") : SOLUTION.index("\n\n\n# 09")]
+    part = "%%proxy_part\n" + SOLUTION[SOLUTION.index("def forward") : SOLUTION.index("\n\n\n# 10")]
     _notebook(notebooks, "02_forwarding_proxy.ipynb", nbformat.v4.new_code_cell(part))
-    _notebook(notebooks, "09_backpressure.ipynb", nbformat.v4.new_markdown_cell("# 09"))
+    _notebook(notebooks, "10_backpressure.ipynb", nbformat.v4.new_markdown_cell("# 10"))
     solution = tmp_path / "course" / "solutions" / "proxy.py"
     solution.parent.mkdir()
     solution.write_text(SOLUTION)
@@ -184,7 +184,7 @@ def test_student_command_writes_a_bundle_with_the_stubbed_proxy(
     proxy = (out / "proxy.py").read_text()
     assert unwritten(proxy) == [
         Unwritten("forward", "02_forwarding_proxy"),  # from the notebook's %%proxy_part cell
-        Unwritten("make_queue", "09_backpressure"),  # from its "# 09 ·" section
+        Unwritten("make_queue", "10_backpressure"),  # from its "# 10 ·" section
     ]
     assert "maxsize" not in proxy and "relay(request)" not in proxy
     for name in ("README.md", "Makefile", "pyproject.toml", "binder/environment.yml"):

@@ -56,7 +56,7 @@ from labkit.wire import interpret_event
 from mock_upstream.tokenizer import count_tokens
 
 ID = "backpressure"
-STEP = "09_backpressure_and_slow_clients"
+STEP = "10_backpressure_and_slow_clients"
 SEED = 5001
 TOKENS = 400_000  # ~43 MB of events: four times what the socket buffers held at most
 SCENARIO = {"ttft_ms": 0, "tps": 100_000, "tokens": TOKENS}

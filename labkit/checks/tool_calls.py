@@ -29,7 +29,7 @@ from labkit.checks.machine import budget_scale
 from labkit.checks.result import CheckResult
 
 ID = "tool_calls"
-STEP = "08_providers_and_tool_calls"
+STEP = "09_tool_calls_and_partial_json"
 SEED = 5301
 SCENARIO = {"ttft_ms": 100, "tps": 100, "interleave_tools": True}
 LIMIT_S = 8.0

@@ -106,7 +106,7 @@ def _cores() -> float:
 
 
 def test_an_inconclusive_check_never_costs_a_point() -> None:
-    outcome = Outcome("backpressure", "09_backpressure_and_slow_clients")
+    outcome = Outcome("backpressure", "10_backpressure_and_slow_clients")
     result = outcome.inconclusive(
         "inconclusive: the machine was too slow to fill the socket buffers in time",
         "after 40.0 s the upstream had made 90000 tokens and was still moving",
@@ -127,7 +127,7 @@ def test_an_inconclusive_check_never_costs_a_point() -> None:
 
 
 def test_inconclusive_is_shown_as_such_and_scored_as_the_rubric_says() -> None:
-    undecided = Outcome("backpressure", "09_backpressure_and_slow_clients").inconclusive(
+    undecided = Outcome("backpressure", "10_backpressure_and_slow_clients").inconclusive(
         "inconclusive: the machine was too slow to fill the socket buffers in time",
         "the upstream was still moving",
         {"lead_tokens": 89990},
@@ -201,7 +201,7 @@ def test_a_mock_too_busy_to_show_its_books_is_inconclusive_not_a_fail() -> None:
     async def busy_mock(ctx: CheckContext) -> CheckResult:
         raise MockUpstreamError(url="http://mock/debug/requests", expected="a response", got="x")
 
-    check = Check("backpressure", busy_mock, 5.0, "summary", "09_backpressure_and_slow_clients")
+    check = Check("backpressure", busy_mock, 5.0, "summary", "10_backpressure_and_slow_clients")
     ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9")
     result = asyncio.run(runner.run_one(check, ctx))
     assert result.inconclusive and not result.passed

@@ -38,12 +38,12 @@ def test_a_bundle_proxy_fails_every_check_naming_the_first_parts_to_write() -> N
     )
     assert results["backpressure"].verdict == (
         "not written yet: make_client, chat_completions (notebook 02_forwarding_proxy); "
-        "then parts of notebooks 03, 04, 05, 06, 07, 09"
+        "then parts of notebooks 03, 04, 05, 06, 07, 10"
     )
     assert results["keepalive"].verdict.endswith("notebooks 03, 04, 05, 06, 07")
     only_queue = unwritten_results(stub_only("make_queue"), CHECK_IDS)
     assert only_queue["backpressure"].verdict == (
-        "not written yet: make_queue (notebook 09_backpressure_and_slow_clients)"
+        "not written yet: make_queue (notebook 10_backpressure_and_slow_clients)"
     )
     assert results["usage"].hint == (
         "go back to notebook 02_forwarding_proxy, write make_client in its build-it cell, "

@@ -1,8 +1,9 @@
 """The names a notebook's prose puts in backticks exist in the code the learner runs.
 
-Bug: notebook 09's deliverable asked for `bounded_relay`, a function no notebook defined (the
-function was `relay`); prose and code had drifted apart and nothing noticed. Fix: two rules over
-every inline code span of every Markdown cell (fenced blocks, such as diagrams, are left out):
+Bug: the backpressure notebook's deliverable (then 09) asked for `bounded_relay`, a function no
+notebook defined (the function was `relay`); prose and code had drifted apart and nothing
+noticed. Fix: two rules over every inline code span of every Markdown cell (fenced blocks,
+such as diagrams, are left out):
 
 * a call, `name(...)` with no dot before the name, must name something this notebook's code
   binds (a def, class, import, assignment or parameter) or calls as a method, a function of the
