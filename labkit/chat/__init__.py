@@ -14,8 +14,9 @@ calls ``AbortController.abort()``. Elements carry ``data-testid`` attributes (``
 ``data-complete="true"`` only in the state ``completed``.
 
 The page's state machine (``inputOf`` and ``nextState`` in JavaScript) sits between two marker
-lines; ``chat_page(machine=...)`` serves the page with that block replaced, which is how a
-notebook runs a learner's own machine. :mod:`labkit.chat.browser` drives the page in Chromium.
+lines: ``machine_source()`` returns it, and ``chat_page(machine=...)`` serves the page with that
+block replaced (a changed machine, to see what a bug in it does). :mod:`labkit.chat.browser`
+drives the page in Chromium.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from starlette.types import Receive, Scope, Send
 
 from labkit.errors import LabkitError
 
-__all__ = ["MACHINE_BEGIN", "MACHINE_END", "ChatPage", "chat_page", "page_html"]
+__all__ = ["MACHINE_BEGIN", "MACHINE_END", "ChatPage", "chat_page", "machine_source", "page_html"]
 
 MACHINE_BEGIN: Final = (
     "// ---- state machine: labkit.chat_page(machine=...) replaces this block ----"
@@ -43,6 +44,14 @@ CSP: Final = (
 
 def _template() -> str:
     return files("labkit.chat").joinpath("page.html").read_text(encoding="utf-8")
+
+
+def machine_source() -> str:
+    """The page's own state machine: the JavaScript between the two marker lines (without them),
+    to read, or to change and pass back as ``chat_page(machine=...)``."""
+    html = _template()
+    block = html[html.index(MACHINE_BEGIN) + len(MACHINE_BEGIN) : html.index(MACHINE_END)]
+    return block.strip("\n") + "\n"
 
 
 def page_html(machine: str | None = None) -> str:

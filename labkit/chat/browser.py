@@ -156,19 +156,21 @@ class ChatBrowser:
                 f"('{self.executable} --headless --version'), or {INSTALL_HINT}."
             ) from None
 
-    def open(self, url: str, *, width: int = 760, height: int = 520) -> ChatTab:
-        """A new tab on the chat page at ``url`` (e.g. ``proxy.url + "/chat/"``)."""
+    def open(self, url: str | None = None, *, width: int = 760, height: int = 520) -> ChatTab:
+        """A new tab on the chat page at ``url`` (e.g. ``proxy.url + "/chat/"``); without a
+        ``url``, an empty tab to :meth:`ChatTab.goto` later."""
 
         def work() -> ChatTab:
             page = self._browser.new_page(viewport={"width": width, "height": height})
             page.set_default_timeout(self.timeout_s * 1000)
             tab = ChatTab(self, page)
             page.on("pageerror", lambda exc: tab.page_errors.append(_error_line(exc)))
-            page.goto(url)
-            page.wait_for_selector('[data-testid="send"]')
             return tab
 
-        return self.call(work)
+        tab = self.call(work)
+        if url is not None:
+            tab.goto(url)
+        return tab
 
     def close(self) -> None:
         """Close Chromium and the worker thread (safe to call twice)."""
@@ -201,6 +203,16 @@ class ChatTab:
         self.page = page
         #: Uncaught errors of the page's own script (e.g. a syntax error in a state machine).
         self.page_errors: list[str] = []
+
+    def goto(self, url: str) -> None:
+        """Load the chat page at ``url`` in this tab (quicker than opening a new tab)."""
+
+        def work() -> None:
+            self.page_errors.clear()
+            self.page.goto(url)
+            self.page.wait_for_selector('[data-testid="send"]')
+
+        self.browser.call(work)
 
     def _testid(self, name: str) -> str:
         return f'[data-testid="{name}"]'

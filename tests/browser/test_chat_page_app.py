@@ -9,7 +9,7 @@ import pytest
 from fastapi import FastAPI
 
 from labkit import LabkitError, chat_page, serve
-from labkit.chat import MACHINE_BEGIN, MACHINE_END, page_html
+from labkit.chat import MACHINE_BEGIN, MACHINE_END, machine_source, page_html
 
 TESTIDS = ("prompt", "scenario", "send", "stop", "state", "answer")
 
@@ -56,3 +56,9 @@ def test_a_machine_that_would_end_the_script_is_refused_with_what_to_do() -> Non
         chat_page("function nextState() {}</script><script>")
     with pytest.raises(TypeError, match="must be JavaScript source as a str, got int"):
         chat_page(3)  # type: ignore[arg-type]
+
+
+def test_machine_source_is_the_block_and_serving_it_back_changes_nothing() -> None:
+    source = machine_source()
+    assert source.lstrip().startswith("// inputOf(data)") and "function nextState" in source
+    assert page_html(machine_source()) == page_html()
