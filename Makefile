@@ -52,11 +52,13 @@ lab: $(STAMP)
 test: system-packages lint typecheck unit nbval
 
 # The tests drive a real nginx and curl; the grader sandboxes learner code with bubblewrap where
-# Linux allows it (its tests skip, saying why, where it cannot). Installed here when missing and
-# we may (root, apt-get), without starting nginx's packaged service; otherwise a missing required
-# one stops at once with what to install. Pairs are command:package.
+# Linux allows it (its tests skip, saying why, where it cannot); tests/browser and the browser-chat
+# notebook drive the chat page in the system's Chromium (skipped, saying why, without it).
+# Installed here when missing and we may (root, apt-get), without starting nginx's packaged
+# service; otherwise a missing required one stops at once with what to install. Pairs are
+# command:package.
 SYSTEM_PACKAGES := curl:curl nginx:nginx
-OPTIONAL_PACKAGES := bwrap:bubblewrap
+OPTIONAL_PACKAGES := bwrap:bubblewrap chromium:chromium
 system-packages:
 	@missing=""; optional=""; \
 	for pair in $(SYSTEM_PACKAGES); do c=$${pair%%:*}; p=$${pair#*:}; \
@@ -74,7 +76,7 @@ system-packages:
 	       "macOS: brew install$$missing; conda: see environment.yml), then run make test again."; \
 	  exit 2; \
 	elif [ -n "$$optional" ]; then \
-	  echo "note: without$$optional the sandbox tests are skipped (Linux: apt-get install$$optional)"; \
+	  echo "note: without$$optional the sandbox or browser tests are skipped (Linux: apt-get install$$optional)"; \
 	fi
 
 lint: $(STAMP)

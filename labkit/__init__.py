@@ -4,6 +4,7 @@ Everything a notebook needs is importable from here: ``from labkit import serve,
 """
 
 from labkit.capture import Capture, Chunk, Comment, Event, acapture_stream, capture_stream
+from labkit.chat import chat_page
 from labkit.checks import CheckResult, arun_checks, run_checks
 from labkit.errors import (
     AppStartupError,
@@ -63,6 +64,7 @@ __all__ = [
     "acapture_stream",
     "arun_checks",
     "capture_stream",
+    "chat_page",
     "check_proxy",
     "find_proxy",
     "load_ipython_extension",

@@ -1,0 +1,48 @@
+"""Fixtures for the browser tests: one headless Chromium, the mock upstream and the reference
+proxy (``solutions/proxy.py``) with the chat page mounted, all on real sockets.
+
+Every browser test skips, with the one-line reason, where Chromium or Playwright is missing
+(``make test`` installs Debian's ``chromium`` as root; ``playwright`` is in the dev extra).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from browser_support import REFERENCE_PROXY, serve_with_page
+
+from labkit import MockUpstream, ThreadServer, serve
+from labkit.chat.browser import ChatBrowser, browser_problem
+from mock_upstream import create_app
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[ChatBrowser]:
+    problem = browser_problem()
+    if problem:
+        pytest.skip(f"no browser: {problem}")
+    with ChatBrowser() as chromium:
+        yield chromium
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[ThreadServer]:
+    with serve(create_app(), name="browser-mock") as server:
+        yield server
+
+
+@pytest.fixture
+def mock(upstream: ThreadServer) -> MockUpstream:
+    return MockUpstream(upstream.url)
+
+
+@pytest.fixture(scope="session")
+def proxy(upstream: ThreadServer) -> Iterator[ThreadServer]:
+    with serve_with_page(REFERENCE_PROXY, upstream.url, "browser-proxy") as server:
+        yield server
+
+
+@pytest.fixture
+def page_url(proxy: ThreadServer) -> str:
+    return proxy.url + "/chat/"
