@@ -113,8 +113,10 @@ def test_thinking_text_and_tool_use_arrive_in_one_turn_for_the_anthropic_sdk(
     assert kinds.index((0, "signature_delta")) == max(
         n for n, kind in enumerate(kinds) if kind[0] == 0
     )  # the signature closes its block
-    tokens = 12 + 6 + sum(
-        count_tokens(json.dumps(b.input)) for b in message.content if b.type == "tool_use"
+    tokens = (
+        12
+        + 6
+        + sum(count_tokens(json.dumps(b.input)) for b in message.content if b.type == "tool_use")
     )
     assert message.usage.output_tokens == tokens == server.last()["tokens_generated"]
     assert message.stop_reason == "tool_use"
@@ -122,7 +124,9 @@ def test_thinking_text_and_tool_use_arrive_in_one_turn_for_the_anthropic_sdk(
 
 def test_the_unary_message_carries_the_thinking_block(server: LiveServer) -> None:
     body = {"model": "mock-claude", "max_tokens": 100, "messages": USER}
-    response = server.client.post("/v1/messages", json=body, headers=scenario_header(thinking_tokens=5))
+    response = server.client.post(
+        "/v1/messages", json=body, headers=scenario_header(thinking_tokens=5)
+    )
     blocks = response.json()["content"]
     assert [b["type"] for b in blocks] == ["thinking", "text"]
     assert blocks[0]["signature"] == signature(blocks[0]["thinking"])
