@@ -7,6 +7,10 @@
   ``proxy.py``'s parts.
 * ``aiohttp_proxy.py``: ``portable`` over aiohttp, the one that meets the benchmark goals for
   holding many streams (README, "Benchmarks").
+* ``release.py``, ``stream_gateway.py``: a gateway in front of a proxy's parts that speaks a
+  stable protocol of its own (a start event with the request id, released fragments, one
+  explicit completed or interrupted ending), runs a release policy inside the stream path and
+  restarts only under its restart policy (notebook 12).
 
 Nothing here ships in the ``labkit`` package or in the learner bundle.
 """
