@@ -11,6 +11,11 @@
   stable protocol of its own (a start event with the request id, released fragments, one
   explicit completed or interrupted ending), runs a release policy inside the stream path and
   restarts only under its restart policy (notebook 12).
+* ``responses_adapter.py``: OpenAI Responses events normalised into chat chunks (notebook 08).
+* ``accumulate.py``: one Anthropic turn's thinking, text and tool deltas by (index, delta type)
+  (notebook 09).
+* ``billing.py``: billing events priced per model that add up against the provider's books,
+  errored and cancelled requests included (notebook 11).
 
 Nothing here ships in the ``labkit`` package or in the learner bundle.
 """
