@@ -42,7 +42,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Final
@@ -302,8 +302,11 @@ def make_gateway(
             number = 1
             while True:
                 try:
-                    async for piece in attempt(client, body, headers, answer):
-                        yield piece
+                    # aclosing: if the client leaves while a piece is being sent, the attempt
+                    # is closed at once (its upstream with it), not whenever it is collected.
+                    async with aclosing(attempt(client, body, headers, answer)) as pieces:
+                        async for piece in pieces:
+                            yield piece
                     outcome = "completed"
                     return
                 except Failure as failure:
