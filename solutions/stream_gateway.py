@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -151,6 +151,62 @@ class Answer:
         return sse(f"{self.request_id}:{self.sent}", kind, fields)
 
 
+async def upstream_chunks(
+    parts: ModuleType, client: httpx.AsyncClient, request: httpx.Request
+) -> AsyncGenerator[dict[str, Any], None]:
+    """The upstream's chunks, parsed, up to its ``[DONE]``. Every other ending raises
+    ``Failure``: a status, an in-stream error, a drop. Broken frames are skipped."""
+    try:
+        upstream = await client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        message = f"the upstream is unreachable: {type(exc).__name__}"
+        raise Failure("upstream_status", message) from None
+    try:
+        if upstream.status_code >= 400:
+            await upstream.aread()
+            raise Failure("upstream_status", f"the upstream answered {upstream.status_code}")
+        try:
+            async for event in parts.sse_events(upstream.aiter_lines()):
+                data = parts.event_data(event)
+                if data == "[DONE]":
+                    return
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    continue  # a broken frame: nothing in it can be released
+                if "error" in chunk:
+                    error = chunk["error"] if isinstance(chunk["error"], dict) else {}
+                    raise Failure("upstream_error", str(error.get("message", "upstream error")))
+                yield chunk
+        except httpx.HTTPError as exc:
+            message = f"the upstream stream failed: {type(exc).__name__}"
+            raise Failure("upstream_dropped", message) from None
+        raise Failure("upstream_dropped", "the upstream closed the stream before it finished")
+    finally:
+        await upstream.aclose()
+
+
+def hold_calls(calls: dict[int, dict[str, str]], deltas: list[dict[str, Any]]) -> None:
+    """Add tool-call deltas to the calls held by index (never streamed in pieces)."""
+    for delta in deltas:
+        held = calls.setdefault(delta["index"], {"id": "", "name": "", "arguments": ""})
+        function = delta.get("function") or {}
+        held["id"] = delta.get("id") or held["id"]
+        held["name"] = function.get("name") or held["name"]
+        held["arguments"] += function.get("arguments") or ""
+
+
+def checked_calls(calls: dict[int, dict[str, str]]) -> list[tuple[int, dict[str, str]]]:
+    """The held calls in index order, once every one's arguments parse (else ``Failure``)."""
+    for index, call in calls.items():
+        try:
+            json.loads(call["arguments"])
+        except ValueError:
+            message = f"tool call {index} has arguments that are not JSON"
+            raise Failure("invalid_tool_call", message) from None
+    return sorted(calls.items())
+
+
 def make_gateway(
     parts: ModuleType,
     upstream_url: str,
@@ -177,91 +233,40 @@ def make_gateway(
 
     async def attempt(
         client: httpx.AsyncClient, body: dict[str, Any], headers: dict[str, str], answer: Answer
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """One upstream request, through the release policy. Raises ``Failure``."""
         upstream_body, _ = parts.ask_for_usage({**body, "stream": True})
+        request = client.build_request("POST", CHAT_PATH, json=upstream_body, headers=headers)
         usage = parts.Usage()
         outcome = "cancelled"  # stays so if the client leaves
         buffer = make_policy(policy, validator)
         finish: str | None = None
-        request = client.build_request("POST", CHAT_PATH, json=upstream_body, headers=headers)
         try:
-            try:
-                upstream = await client.send(request, stream=True)
-            except httpx.HTTPError as exc:
-                raise Failure(
-                    "upstream_status", f"the upstream is unreachable: {type(exc).__name__}"
-                ) from None
-            try:
-                if upstream.status_code >= 400:
-                    await upstream.aread()
-                    raise Failure(
-                        "upstream_status", f"the upstream answered {upstream.status_code}"
-                    )
-                done = False
-                try:
-                    async for event in parts.sse_events(upstream.aiter_lines()):
-                        data = parts.event_data(event)
-                        if data == "[DONE]":
-                            done = True
-                            break
-                        try:
-                            chunk = json.loads(data)
-                        except ValueError:
-                            continue  # a broken frame: nothing in it can be released
-                        usage.id = usage.id or chunk.get("id")
-                        if "error" in chunk:
-                            error = chunk["error"] if isinstance(chunk["error"], dict) else {}
-                            raise Failure(
-                                "upstream_error", str(error.get("message", "upstream error"))
-                            )
-                        if chunk.get("usage"):
-                            usage.take(chunk["usage"])
-                        for choice in chunk.get("choices") or []:
-                            delta = choice.get("delta") or {}
-                            finish = choice.get("finish_reason") or finish
-                            for call in delta.get("tool_calls") or []:
-                                held = answer.calls.setdefault(
-                                    call["index"], {"id": "", "name": "", "arguments": ""}
-                                )
-                                held["id"] = call.get("id") or held["id"]
-                                function = call.get("function") or {}
-                                held["name"] = function.get("name") or held["name"]
-                                held["arguments"] += function.get("arguments") or ""
-                            text = delta.get("content") or ""
-                            if not text:
-                                continue
-                            if not answer.first_content:
-                                answer.first_content = True
-                                metrics.ttft.observe(time.monotonic() - answer.started)
-                            for fragment in buffer.feed(text):
-                                yield release(answer, fragment)
-                            if buffer.rejected:
-                                raise Failure("rejected", "a sentence failed validation")
-                except httpx.HTTPError as exc:
-                    raise Failure(
-                        "upstream_dropped", f"the upstream stream failed: {type(exc).__name__}"
-                    ) from None
-                if not done:
-                    raise Failure(
-                        "upstream_dropped", "the upstream closed the stream before it finished"
-                    )
-            finally:
-                await upstream.aclose()
+            async with aclosing(upstream_chunks(parts, client, request)) as chunks:
+                async for chunk in chunks:
+                    usage.id = usage.id or chunk.get("id")
+                    if chunk.get("usage"):
+                        usage.take(chunk["usage"])
+                    for choice in chunk.get("choices") or []:
+                        delta = choice.get("delta") or {}
+                        finish = choice.get("finish_reason") or finish
+                        hold_calls(answer.calls, delta.get("tool_calls") or [])
+                        text = delta.get("content") or ""
+                        if text and not answer.first_content:
+                            answer.first_content = True
+                            metrics.ttft.observe(time.monotonic() - answer.started)
+                        for fragment in buffer.feed(text) if text else []:
+                            yield release(answer, fragment)
+                        if buffer.rejected:
+                            raise Failure("rejected", "a sentence failed validation")
+            # The upstream's terminal event came: now, and only now, validate the rest.
             if finish == "content_filter":
                 raise Failure("refusal", "the model refused; held text was not shown")
             for fragment in buffer.finish():
                 yield release(answer, fragment)
             if buffer.rejected:
                 raise Failure("rejected", "a sentence failed validation")
-            for index in sorted(answer.calls):
-                call = answer.calls[index]
-                try:
-                    json.loads(call["arguments"])
-                except ValueError:
-                    raise Failure(
-                        "invalid_tool_call", f"tool call {index} has arguments that are not JSON"
-                    ) from None
+            for index, call in checked_calls(answer.calls):
                 yield answer.event("gateway.tool_call", index=index, **call)
             outcome = "completed"
             yield answer.event(
@@ -279,7 +284,7 @@ def make_gateway(
             outcome = "error"
             raise
         finally:
-            parts.log_usage(usage, outcome)
+            parts.log_usage(usage, outcome)  # one billing line per upstream request
 
     def release(answer: Answer, fragment: str) -> bytes:
         answer.released_chars += len(fragment)
