@@ -34,6 +34,7 @@ from labkit.servers import (
     start_mock_upstream,
     stop_all,
 )
+from labkit.stream_gateway import RestartPolicy, make_stream_gateway
 from labkit.subprocess_server import SubprocessServer
 from labkit.thread_server import ThreadServer
 from labkit.upstream import MockUpstream
@@ -53,6 +54,7 @@ __all__ = [
     "MockUpstreamError",
     "PortInUseError",
     "ProxyFileError",
+    "RestartPolicy",
     "ServerExitedError",
     "ServerHandle",
     "ServerStartError",
@@ -67,6 +69,7 @@ __all__ = [
     "find_proxy",
     "load_ipython_extension",
     "load_proxy",
+    "make_stream_gateway",
     "plot_cancellation",
     "plot_gaps",
     "plot_timeline",

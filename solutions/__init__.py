@@ -7,10 +7,8 @@
   ``proxy.py``'s parts.
 * ``aiohttp_proxy.py``: ``portable`` over aiohttp, the one that meets the benchmark goals for
   holding many streams (README, "Benchmarks").
-* ``release.py``, ``stream_gateway.py``: a gateway in front of a proxy's parts that speaks a
-  stable protocol of its own (a start event with the request id, released fragments, one
-  explicit completed or interrupted ending), runs a release policy inside the stream path and
-  restarts only under its restart policy (notebook 12).
+* ``release.py``: the release policies (validation buffers) that ``labkit``'s stream gateway
+  (``labkit.make_stream_gateway``) runs inside the stream path (notebook 12).
 * ``responses_adapter.py``: OpenAI Responses events normalised into chat chunks (notebook 08).
 * ``accumulate.py``: one Anthropic turn's thinking, text and tool deltas by (index, delta type)
   (notebook 09).

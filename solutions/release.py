@@ -1,10 +1,14 @@
 """Release policies: what a stream gateway lets the reader see, and when (notebook 12).
 
+Each is a class that ``labkit.make_stream_gateway(..., release=...)`` calls once per answer
+for a fresh validation buffer; :class:`Checked` binds a policy to another validator.
+
 Once text is on the reader's screen no later check can take it back, so the gateway decides
 *before* it streams: every fragment of the answer goes into the policy's validation buffer,
 and only what the policy releases is sent on.
 
-* ``immediate``: each fragment as it comes; fastest, and nothing can be withheld.
+* ``immediate`` (``labkit.stream_gateway.Immediate``, the gateway's default): each fragment as
+  it comes; fastest, and nothing can be withheld.
 * ``by_sentence``: a sentence is released once it is complete (it ends in ``.``, ``!`` or
   ``?``) and ``validator`` accepts it. Blank filler (a sentence of dots and newlines) is not
   released on its own: it waits for the sentence that follows it. A sentence the validator
@@ -22,11 +26,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Final, Literal, Protocol
+from dataclasses import dataclass
+from typing import ClassVar, Final
 
 from labkit.wire import says_something
 
-PolicyName = Literal["immediate", "by_sentence", "whole_answer"]
 Validator = Callable[[str], bool]
 
 #: The stand-in check rejects any sentence that mentions one of these words.
@@ -37,35 +41,6 @@ _SENTENCE_END: Final = re.compile(r"[.!?]+")
 def validate(sentence: str) -> bool:
     """Stand-in for a real check: a sentence passes unless it names a banned word."""
     return not any(word in sentence.lower() for word in BANNED)
-
-
-class Policy(Protocol):
-    """One answer's validation buffer."""
-
-    rejected: bool  #: a sentence failed validation: release nothing more
-    withheld: str  #: text held back and never released (so far)
-
-    def feed(self, text: str) -> list[str]:
-        """Take the next fragment of the answer; return what may be shown now."""
-        ...
-
-    def finish(self) -> list[str]:
-        """The upstream ended normally: return what may still be shown."""
-        ...
-
-
-class Immediate:
-    """Every fragment at once: nothing held, nothing validated."""
-
-    def __init__(self, validator: Validator = validate) -> None:
-        self.rejected = False
-        self.withheld = ""
-
-    def feed(self, text: str) -> list[str]:
-        return [text] if text else []
-
-    def finish(self) -> list[str]:
-        return []
 
 
 def sentences(text: str) -> tuple[list[str], str]:
@@ -84,6 +59,8 @@ def sentences(text: str) -> tuple[list[str], str]:
 
 class BySentence:
     """Hold text until a sentence is complete and valid; a rejected sentence stops it all."""
+
+    name: ClassVar[str] = "by_sentence"
 
     def __init__(self, validator: Validator = validate) -> None:
         self.validator = validator
@@ -119,6 +96,8 @@ class BySentence:
 class WholeAnswer:
     """Hold everything; at the end, validate every sentence and release all or nothing."""
 
+    name: ClassVar[str] = "whole_answer"
+
     def __init__(self, validator: Validator = validate) -> None:
         self.validator = validator
         self.held = ""
@@ -137,13 +116,16 @@ class WholeAnswer:
         return [self.held] if self.held else []
 
 
-POLICIES: Final[dict[PolicyName, Callable[[Validator], Policy]]] = {
-    "immediate": Immediate,
-    "by_sentence": BySentence,
-    "whole_answer": WholeAnswer,
-}
+@dataclass(frozen=True)
+class Checked:
+    """A policy class bound to another validator: ``release=Checked(BySentence, my_check)``."""
 
+    policy: type[BySentence] | type[WholeAnswer]
+    validator: Validator
 
-def make_policy(name: PolicyName, validator: Validator = validate) -> Policy:
-    """A fresh validation buffer for one answer."""
-    return POLICIES[name](validator)
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    def __call__(self) -> BySentence | WholeAnswer:
+        return self.policy(self.validator)

@@ -1,10 +1,10 @@
-"""The stream gateway: a release policy in the stream path, an explicit start and completion,
+"""The release policies inside labkit's stream gateway: a validation buffer in the stream path,
 a restart policy, over real sockets (real mock, real uvicorn, real HTTP client)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +13,16 @@ import pytest
 
 from labkit import Capture, MockUpstream, capture_stream, serve
 from labkit.handles import ServerHandle
+from labkit.stream_gateway import (
+    ANSWERS_PATH,
+    Immediate,
+    ReleasePolicy,
+    RestartPolicy,
+    make_stream_gateway,
+)
 from labkit.wire import says_something
 from solutions import proxy as parts
-from solutions.release import PolicyName, Validator, sentences, validate
-from solutions.stream_gateway import ANSWERS_PATH, RestartPolicy, make_gateway
+from solutions.release import BySentence, Checked, sentences
 
 CHAT = "/v1/chat/completions"
 PACE = {"ttft_ms": 50, "tps": 100, "tokens": 40}
@@ -31,11 +37,9 @@ def chat(seed: int, **scenario: object) -> dict[str, Any]:
     }
 
 
-def gateway(
-    mock: ServerHandle, policy: PolicyName = "by_sentence", validator: Validator = validate
-) -> ServerHandle:
-    app = make_gateway(parts, mock.url, policy=policy, validator=validator)
-    return serve(app, name=f"gateway-{policy}")
+def gateway(mock: ServerHandle, release: Callable[[], ReleasePolicy] = BySentence) -> ServerHandle:
+    app = make_stream_gateway(parts, mock.url, release=release)
+    return serve(app, name=f"gateway-{getattr(release, 'name', 'custom')}")
 
 
 @pytest.fixture
@@ -91,7 +95,7 @@ def test_filler_is_held_until_the_first_sentence_so_first_useful_content_is_hone
     mock: ServerHandle, usage_log: Path
 ) -> None:
     scenario = {"filler_tokens": 10, "tps": 20, "tokens": 30}
-    with gateway(mock, "immediate") as immediate, gateway(mock, "by_sentence") as held:
+    with gateway(mock, Immediate) as immediate, gateway(mock, BySentence) as held:
         fast = capture_stream(immediate.url + ANSWERS_PATH, json=chat(3, **scenario))
         slow = capture_stream(held.url + ANSWERS_PATH, json=chat(3, **scenario))
         exported = httpx.get(held.url + "/metrics").text
@@ -113,7 +117,7 @@ def test_a_rejected_sentence_is_never_shown_and_nothing_after_it(
     complete, _ = sentences(direct.text)
     first_words = set(complete[0].lower().replace(".", " ").split())
     banned = next(w for w in complete[1].lower().replace(".", " ").split() if w not in first_words)
-    with gateway(mock, validator=lambda s: banned not in s.lower().split()) as server:
+    with gateway(mock, Checked(BySentence, lambda s: banned not in s.lower().split())) as server:
         capture = capture_stream(server.url + ANSWERS_PATH, json=chat(4))
     assert released(capture) == [complete[0]]
     end = data(capture, "gateway.interrupted")[0]

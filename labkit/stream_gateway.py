@@ -1,4 +1,9 @@
-"""A stream gateway with a release policy in the stream path (notebook 12).
+"""A stream gateway that runs a release policy inside the stream path (notebook 12).
+
+The gateway is given; the release policy is the lesson: the notebook's (and
+``solutions/release.py``'s) ``BySentence`` or ``WholeAnswer`` goes in as ``release``, a class
+that makes one validation buffer per answer (:class:`ReleasePolicy`). The default,
+:class:`Immediate`, holds nothing back.
 
 It sits in front of a Chat Completions upstream and answers ``POST /v1/answers`` (an OpenAI
 chat request) in the gateway's own stable protocol, named SSE events whose ``data`` repeats
@@ -8,8 +13,8 @@ the name as ``type`` and whose ``id`` is ``<request id>:<n>``:
     at once, before the upstream answers: ``request_id`` (also the ``X-Request-Id`` header),
     the release policy and the restart policy. The client's state goes connecting.
 ``gateway.delta``
-    ``text``: a fragment the release policy let out (``solutions.release``). The upstream's
-    text goes through the policy's validation buffer first; nothing else is sent as text.
+    ``text``: a fragment the release policy let out. The upstream's text goes through the
+    policy's validation buffer first; nothing else is sent as text.
 ``gateway.tool_call``
     ``index``, ``id``, ``name``, ``arguments``: a tool call, held whole (structured content is
     never streamed in pieces) and sent only once its arguments parse as JSON at the end.
@@ -41,11 +46,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Protocol
 
 import httpx
 from fastapi import FastAPI, Request
@@ -59,13 +64,52 @@ from prometheus_client import (
 )
 
 from labkit.wire import says_something
-from solutions.release import PolicyName, Validator, make_policy, validate
+
+__all__ = [
+    "ANSWERS_PATH",
+    "GatewayMetrics",
+    "Immediate",
+    "ReleasePolicy",
+    "RestartPolicy",
+    "make_stream_gateway",
+]
 
 ANSWERS_PATH: Final = "/v1/answers"
 CHAT_PATH: Final = "/v1/chat/completions"
 #: Reasons after which a fresh upstream request may give the reader a whole answer.
 RESTARTABLE: Final = frozenset({"upstream_error", "upstream_dropped", "upstream_status"})
 _BUCKETS: Final = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+
+
+class ReleasePolicy(Protocol):
+    """One answer's validation buffer: what may be shown, fragment by fragment."""
+
+    rejected: bool  #: a fragment failed validation: release nothing more
+    withheld: str  #: text held back and never released (so far)
+
+    def feed(self, text: str) -> list[str]:
+        """Take the next fragment of the upstream's text; return what may be shown now."""
+        ...
+
+    def finish(self) -> list[str]:
+        """The upstream's terminal event came: return what may still be shown."""
+        ...
+
+
+class Immediate:
+    """The policy that holds nothing back: every fragment as it comes, nothing validated."""
+
+    name: ClassVar[str] = "immediate"
+
+    def __init__(self) -> None:
+        self.rejected = False
+        self.withheld = ""
+
+    def feed(self, text: str) -> list[str]:
+        return [text] if text else []
+
+    def finish(self) -> list[str]:
+        return []
 
 
 @dataclass(frozen=True)
@@ -207,15 +251,18 @@ def checked_calls(calls: dict[int, dict[str, str]]) -> list[tuple[int, dict[str,
     return sorted(calls.items())
 
 
-def make_gateway(
+def make_stream_gateway(
     parts: ModuleType,
     upstream_url: str,
     *,
-    policy: PolicyName = "by_sentence",
-    validator: Validator = validate,
+    release: Callable[[], ReleasePolicy] = Immediate,
     restart: RestartPolicy = RestartPolicy(),
 ) -> FastAPI:
-    """The gateway app over ``parts`` (a proxy module) and the upstream at ``upstream_url``."""
+    """The gateway app over ``parts`` (a proxy module) and the upstream at ``upstream_url``.
+
+    ``release`` makes one validation buffer per upstream attempt; its ``name`` attribute (or
+    its ``__name__``) is what ``gateway.start`` reports."""
+    release_name = str(getattr(release, "name", getattr(release, "__name__", "custom")))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -239,7 +286,7 @@ def make_gateway(
         request = client.build_request("POST", CHAT_PATH, json=upstream_body, headers=headers)
         usage = parts.Usage()
         outcome = "cancelled"  # stays so if the client leaves
-        buffer = make_policy(policy, validator)
+        buffer = release()
         finish: str | None = None
         try:
             async with aclosing(upstream_chunks(parts, client, request)) as chunks:
@@ -256,14 +303,14 @@ def make_gateway(
                             answer.first_content = True
                             metrics.ttft.observe(time.monotonic() - answer.started)
                         for fragment in buffer.feed(text) if text else []:
-                            yield release(answer, fragment)
+                            yield released(answer, fragment)
                         if buffer.rejected:
                             raise Failure("rejected", "a sentence failed validation")
             # The upstream's terminal event came: now, and only now, validate the rest.
             if finish == "content_filter":
                 raise Failure("refusal", "the model refused; held text was not shown")
             for fragment in buffer.finish():
-                yield release(answer, fragment)
+                yield released(answer, fragment)
             if buffer.rejected:
                 raise Failure("rejected", "a sentence failed validation")
             for index, call in checked_calls(answer.calls):
@@ -286,7 +333,7 @@ def make_gateway(
         finally:
             parts.log_usage(usage, outcome)  # one billing line per upstream request
 
-    def release(answer: Answer, fragment: str) -> bytes:
+    def released(answer: Answer, fragment: str) -> bytes:
         answer.released_chars += len(fragment)
         if not answer.first_useful and says_something(fragment):
             answer.first_useful = True
@@ -301,7 +348,7 @@ def make_gateway(
             yield answer.event(
                 "gateway.start",
                 request_id=answer.request_id,
-                release=policy,
+                release=release_name,
                 restart=restart.describe(),
             )
             number = 1
