@@ -202,8 +202,8 @@ async def upstream_chunks(
     ``Failure``: a status, an in-stream error, a drop. Broken frames are skipped."""
     try:
         upstream = await client.send(request, stream=True)
-    except httpx.HTTPError as exc:
-        message = f"the upstream is unreachable: {type(exc).__name__}"
+    except httpx.HTTPError as error:
+        message = f"cannot reach the upstream: {type(error).__name__}"
         raise Failure("upstream_status", message) from None
     try:
         if upstream.status_code >= 400:
@@ -222,8 +222,8 @@ async def upstream_chunks(
                     error = chunk["error"] if isinstance(chunk["error"], dict) else {}
                     raise Failure("upstream_error", str(error.get("message", "upstream error")))
                 yield chunk
-        except httpx.HTTPError as exc:
-            message = f"the upstream stream failed: {type(exc).__name__}"
+        except httpx.HTTPError as error:
+            message = f"the upstream stream failed: {type(error).__name__}"
             raise Failure("upstream_dropped", message) from None
         raise Failure("upstream_dropped", "the upstream closed the stream before it finished")
     finally:
@@ -291,7 +291,8 @@ def make_stream_gateway(
         try:
             async with aclosing(upstream_chunks(parts, client, request)) as chunks:
                 async for chunk in chunks:
-                    usage.id = usage.id or chunk.get("id")
+                    if usage.id is None:
+                        usage.id = chunk.get("id")
                     if chunk.get("usage"):
                         usage.take(chunk["usage"])
                     for choice in chunk.get("choices") or []:

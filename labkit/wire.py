@@ -103,10 +103,10 @@ def interpret_event(event: str, data: str) -> Meaning:
     if kind == "message_stop":
         return Meaning(terminal="message_stop")
     if kind in _RESPONSES_TOKEN_TYPES:
-        if kind == "response.output_text.delta":
-            text = str(obj.get("delta", ""))
-            return Meaning(token=True, text=text, useful=says_something(text))
-        return Meaning(token=True, useful=True)
+        if kind != "response.output_text.delta":  # a refusal or function-call arguments
+            return Meaning(token=True, useful=True)
+        text = str(obj.get("delta", ""))
+        return Meaning(token=True, text=text, useful=says_something(text))
     if kind in ("response.completed", "response.incomplete"):
         usage = _dict(_dict(obj.get("response")).get("usage")) or None
         terminal: Terminal = (
