@@ -202,8 +202,8 @@ async def upstream_chunks(
     ``Failure``: a status, an in-stream error, a drop. Broken frames are skipped."""
     try:
         upstream = await client.send(request, stream=True)
-    except httpx.HTTPError as error:
-        message = f"cannot reach the upstream: {type(error).__name__}"
+    except httpx.HTTPError as problem:
+        message = f"cannot reach the upstream: {type(problem).__name__}"
         raise Failure("upstream_status", message) from None
     try:
         if upstream.status_code >= 400:
@@ -222,8 +222,8 @@ async def upstream_chunks(
                     error = chunk["error"] if isinstance(chunk["error"], dict) else {}
                     raise Failure("upstream_error", str(error.get("message", "upstream error")))
                 yield chunk
-        except httpx.HTTPError as error:
-            message = f"the upstream stream failed: {type(error).__name__}"
+        except httpx.HTTPError as problem:
+            message = f"the upstream stream failed: {type(problem).__name__}"
             raise Failure("upstream_dropped", message) from None
         raise Failure("upstream_dropped", "the upstream closed the stream before it finished")
     finally:
