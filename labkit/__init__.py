@@ -35,6 +35,7 @@ from labkit.servers import (
     start_mock_upstream,
     stop_all,
 )
+from labkit.stream_gateway import RestartPolicy, make_stream_gateway
 from labkit.subprocess_server import SubprocessServer
 from labkit.thread_server import ThreadServer
 from labkit.upstream import MockUpstream
@@ -54,6 +55,7 @@ __all__ = [
     "MockUpstreamError",
     "PortInUseError",
     "ProxyFileError",
+    "RestartPolicy",
     "ServerExitedError",
     "ServerHandle",
     "ServerStartError",
@@ -69,6 +71,7 @@ __all__ = [
     "find_proxy",
     "load_ipython_extension",
     "load_proxy",
+    "make_stream_gateway",
     "plot_cancellation",
     "plot_gaps",
     "plot_timeline",

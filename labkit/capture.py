@@ -17,6 +17,12 @@ events is not counting tokens. ``.content_events`` counts events; ``.token_count
 server's text it is an estimate). Compare tokens with the mock's ``tokens_generated``, events
 with events.
 
+*First useful content* (``.first_useful_content``) is the arrival of the first content event
+that a reader can use (``labkit.wire``: text with a letter or digit, tool-call arguments, a
+refusal); a stream that opens with blank filler has a TTFT that flatters it, and the gap between
+the two is the filler. Through the lab's stream gateway, whose content events are the fragments
+its release policy let out, it is the time to the first released sentence.
+
 Parsing happens after the timestamp is taken, so it cannot skew the numbers.
 
 ``capture_stream`` (blocking) runs the same code as ``acapture_stream`` on a private event loop
@@ -87,6 +93,7 @@ class Event:
     data: str
     id: str | None = None
     token: bool = False
+    useful: bool = False
 
     def json(self) -> Any:
         """The event's data parsed as JSON (raises ``ValueError`` for ``[DONE]`` and the like)."""
@@ -130,6 +137,12 @@ class Capture:
     def ttft(self) -> float | None:
         """Time to first token: arrival of the first content-carrying event (None if none)."""
         return self.token_times[0] if self.token_times else None
+
+    @property
+    def first_useful_content(self) -> float | None:
+        """Time to the first content event a reader can use (None if none came): see the
+        module docstring. Never earlier than ``ttft``."""
+        return next((e.t for e in self.events if e.useful), None)
 
     @property
     def gaps(self) -> list[float]:
@@ -238,7 +251,9 @@ class _Recorder:
                 cap.comments.append(Comment(t, item.text))
                 continue
             meaning = interpret_event(item.event, item.data)
-            cap.events.append(Event(t, item.event, item.data, item.id, meaning.token))
+            cap.events.append(
+                Event(t, item.event, item.data, item.id, meaning.token, meaning.useful)
+            )
             if meaning.token:
                 cap.token_times.append(t)
                 cap.token_counts.append(cap.tokens_received + count_tokens(meaning.text))

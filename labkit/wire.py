@@ -13,6 +13,14 @@ Content-carrying events (the ones TTFT and token times count):
 - Anthropic: ``content_block_delta`` (text, tool-input JSON or thinking).
 - Responses: ``response.output_text.delta``, ``response.refusal.delta``,
   ``response.function_call_arguments.delta``.
+- The lab's stream gateway (notebook 12): ``gateway.delta`` (released text) and
+  ``gateway.tool_call`` (a validated call); ``gateway.completed`` and ``gateway.interrupted``
+  end its stream, ``gateway.start`` opens it.
+
+A content event is *useful* when it carries something a reader can use: text with a letter or
+a digit in it, tool-call arguments, or a refusal. Blank lines, spaces and ellipses are content
+(they count for TTFT) but not useful, and neither is Anthropic's thinking (not shown to the
+reader) or its signature. First useful content is the time of the first useful event.
 """
 
 from __future__ import annotations
@@ -21,10 +29,12 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["Meaning", "Terminal", "interpret_body", "interpret_event"]
+__all__ = ["Meaning", "Terminal", "interpret_body", "interpret_event", "says_something"]
 
 Terminal = Literal[
     "done",
+    "completed",
+    "interrupted",
     "message_stop",
     "response.completed",
     "response.incomplete",
@@ -52,10 +62,16 @@ class Meaning:
     terminal: Terminal | None = None
     error: Any = None
     malformed: bool = False
+    useful: bool = False
 
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def says_something(text: str) -> bool:
+    """Whether ``text`` holds a letter or a digit (filler such as "\\n..." does not)."""
+    return any(c.isalnum() for c in text)
 
 
 def interpret_event(event: str, data: str) -> Meaning:
@@ -79,14 +95,18 @@ def interpret_event(event: str, data: str) -> Meaning:
         return Meaning(usage=_dict(_dict(obj.get("message")).get("usage")) or None)
     if kind == "content_block_delta":
         delta = _dict(obj.get("delta"))
-        return Meaning(token=True, text=str(delta.get("text", "")))
+        text = str(delta.get("text", ""))
+        useful = says_something(text) or delta.get("type") == "input_json_delta"
+        return Meaning(token=True, text=text, useful=useful)
     if kind == "message_delta":
         return Meaning(usage=_dict(obj.get("usage")) or None)
     if kind == "message_stop":
         return Meaning(terminal="message_stop")
     if kind in _RESPONSES_TOKEN_TYPES:
-        text = str(obj.get("delta", "")) if kind == "response.output_text.delta" else ""
-        return Meaning(token=True, text=text)
+        if kind != "response.output_text.delta":  # a refusal or function-call arguments
+            return Meaning(token=True, useful=True)
+        text = str(obj.get("delta", ""))
+        return Meaning(token=True, text=text, useful=says_something(text))
     if kind in ("response.completed", "response.incomplete"):
         usage = _dict(_dict(obj.get("response")).get("usage")) or None
         terminal: Terminal = (
@@ -95,12 +115,21 @@ def interpret_event(event: str, data: str) -> Meaning:
         return Meaning(usage=usage, terminal=terminal)
     if kind == "response.failed":
         return Meaning(terminal="error", error=_dict(obj.get("response")).get("error"))
+    if kind == "gateway.delta":
+        text = str(obj.get("text", ""))
+        return Meaning(token=True, text=text, useful=says_something(text))
+    if kind == "gateway.tool_call":
+        return Meaning(token=True, useful=True)
+    if kind == "gateway.completed":
+        return Meaning(usage=_dict(obj.get("usage")) or None, terminal="completed")
+    if kind == "gateway.interrupted":
+        return Meaning(terminal="interrupted", error=obj)
     return Meaning()
 
 
 def _chat_chunk(obj: dict[str, Any]) -> Meaning:
     text = ""
-    token = False
+    token = useful = False
     for choice in obj.get("choices") or []:
         delta = _dict(_dict(choice).get("delta"))
         content = delta.get("content")
@@ -108,12 +137,17 @@ def _chat_chunk(obj: dict[str, Any]) -> Meaning:
             text += content
             token = True
         if delta.get("refusal"):
-            token = True
+            token = useful = True
         for call in delta.get("tool_calls") or []:
             if _dict(_dict(call).get("function")).get("arguments"):
-                token = True
+                token = useful = True
     usage = obj.get("usage")
-    return Meaning(token=token, text=text, usage=usage if isinstance(usage, dict) else None)
+    return Meaning(
+        token=token,
+        text=text,
+        usage=usage if isinstance(usage, dict) else None,
+        useful=useful or says_something(text),
+    )
 
 
 def interpret_body(body: Any) -> Meaning:

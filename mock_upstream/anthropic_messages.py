@@ -3,17 +3,25 @@
 Stream grammar (every frame has an ``event:`` line; the SDK drops frames without one)::
 
     message_start, ping
-    per part:  content_block_start (text | tool_use),
-               content_block_delta (text_delta | input_json_delta) ...,
+    per part:  content_block_start (thinking | text | tool_use),
+               content_block_delta (thinking_delta | text_delta | input_json_delta) ...,
+               [a thinking block only: content_block_delta (signature_delta)]
                content_block_stop
     message_delta (stop_reason end_turn | max_tokens | tool_use | refusal, usage)
     message_stop
 
 An injected error is ``event: error`` with ``overloaded_error``, and the stream ends.
+
+With ``thinking_tokens`` the answer opens with an extended-thinking block: its text arrives as
+``thinking_delta`` fragments and, last, one ``signature_delta`` (a made-up signature over the
+thinking text; it carries no tokens). Thinking tokens count as output tokens, as Anthropic
+bills them.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from typing import Any, Final
 
@@ -122,9 +130,16 @@ def _usage(usage: Usage) -> dict[str, Any]:
     }
 
 
+def signature(thinking: str) -> str:
+    """The mock's stand-in for a thinking block's signature: made from its text, so stable."""
+    return base64.b64encode(hashlib.sha256(thinking.encode()).digest() * 2).decode()
+
+
 def _block(part: Part, text: str) -> dict[str, Any]:
     if part.kind == "text":
         return {"type": "text", "text": text}
+    if part.kind == "thinking":
+        return {"type": "thinking", "thinking": text, "signature": signature(text)}
     try:
         arguments = json.loads(text) if text else {}
     except json.JSONDecodeError:  # cut short by max_tokens
@@ -141,6 +156,7 @@ class MessagesWire:
         self.id = response_id
         self.plan = plan
         self.open_block: int | None = None
+        self.thinking: dict[int, str] = {}  # thinking text so far, by block index
 
     def _message(
         self, content: list[dict[str, Any]], stop: str | None, usage: Usage
@@ -160,7 +176,15 @@ class MessagesWire:
         if self.open_block is None:
             return ""
         index, self.open_block = self.open_block, None
-        return frame({"type": "content_block_stop", "index": index}, "content_block_stop")
+        frames = ""
+        if index in self.thinking:
+            delta = {"type": "signature_delta", "signature": signature(self.thinking[index])}
+            frames = frame(
+                {"type": "content_block_delta", "index": index, "delta": delta},
+                "content_block_delta",
+            )
+        stop = frame({"type": "content_block_stop", "index": index}, "content_block_stop")
+        return frames + stop
 
     def encode(self, event: Event) -> str:
         if isinstance(event, Opened):
@@ -173,6 +197,9 @@ class MessagesWire:
             block = _block(event.part, "")
             if block["type"] == "tool_use":
                 block["input"] = {}
+            if block["type"] == "thinking":
+                block["signature"] = ""
+                self.thinking[event.index] = ""
             return frame(
                 {"type": "content_block_start", "index": event.index, "content_block": block},
                 "content_block_start",
@@ -180,6 +207,9 @@ class MessagesWire:
         if isinstance(event, Delta):
             if event.part.kind == "text":
                 delta = {"type": "text_delta", "text": event.text}
+            elif event.part.kind == "thinking":
+                self.thinking[event.index] += event.text
+                delta = {"type": "thinking_delta", "thinking": event.text}
             else:
                 delta = {"type": "input_json_delta", "partial_json": event.text}
             return frame(

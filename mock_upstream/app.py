@@ -18,7 +18,7 @@ from mock_upstream import anthropic_messages, openai_chat, openai_responses
 from mock_upstream.errors import ApiError, install_handlers
 from mock_upstream.exchange import ApiSpec, MockState, answer
 from mock_upstream.records import Recorder
-from mock_upstream.scenario import WIRE_VARIANTS, Scenario
+from mock_upstream.scenario import ONLY_ON, Scenario
 from mock_upstream.stream import quiet_intended_drops
 
 MODELS: Final = ("mock-gpt", "mock-gpt-mini", "mock-claude")
@@ -35,7 +35,7 @@ CHAT: Final = ApiSpec(
     openai_chat.CALL_ID_PREFIX,
     openai_chat.parse,
     openai_chat.ChatWire,
-    WIRE_VARIANTS,
+    frozenset({"comment_every_ms", *(k for k, api in ONLY_ON.items() if api == "chat")}),
 )
 RESPONSES: Final = ApiSpec(
     "responses",
@@ -43,6 +43,7 @@ RESPONSES: Final = ApiSpec(
     openai_responses.CALL_ID_PREFIX,
     openai_responses.parse,
     openai_responses.ResponsesWire,
+    frozenset({"comment_every_ms", "refusal_deltas"}),
 )
 MESSAGES: Final = ApiSpec(
     "messages",
@@ -50,6 +51,7 @@ MESSAGES: Final = ApiSpec(
     anthropic_messages.CALL_ID_PREFIX,
     anthropic_messages.parse,
     anthropic_messages.MessagesWire,
+    frozenset({"comment_every_ms", "thinking_tokens"}),
 )
 
 

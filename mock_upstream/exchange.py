@@ -30,6 +30,7 @@ from mock_upstream.records import Api, Recorder, RequestRecord
 from mock_upstream.scenario import (
     BODY_FIELD,
     HEADER,
+    ONLY_ON,
     WIRE_VARIANTS,
     Scenario,
     ScenarioError,
@@ -86,15 +87,24 @@ async def _plan(prompt: Prompt, scenario: Scenario, api: ApiSpec) -> Plan:
     return await asyncio.to_thread(build_plan, prompt, scenario, call_id_prefix=api.call_id_prefix)
 
 
+#: How the error for a key sent to the wrong route names the route that has it.
+_ROUTES: dict[str, tuple[str, str]] = {
+    "chat": ("Chat Completions", "/v1/chat/completions"),
+    "responses": ("Responses", "/v1/responses"),
+    "messages": ("Anthropic Messages", "/v1/messages"),
+}
+
+
 def check_variants(scenario: Scenario, api: ApiSpec) -> None:
-    """A wire variant that ``api`` does not have is a 400 naming the routes that have it."""
+    """A wire variant that ``api`` does not have is a 400 naming the route that has it."""
     unsupported = sorted(set(scenario.changed()) & WIRE_VARIANTS - api.variants)
     if unsupported:
         key = unsupported[0]
+        wire, route = _ROUTES[ONLY_ON.get(key, "chat")]
         raise ScenarioError(
             "scenario",
             key,
-            f"{key} changes the Chat Completions wire only: send it to /v1/chat/completions, "
+            f"{key} changes the {wire} wire only: send it to {route}, "
             f"or leave it out of requests to /v1/{api.name}",
         )
 

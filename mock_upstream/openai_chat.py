@@ -207,7 +207,7 @@ class ChatWire:
         ]
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": text if not calls else None,
+            "content": text or None if calls else text,
             "refusal": None,
         }
         if calls:

@@ -11,6 +11,13 @@ Stream grammar (``event:`` + ``data:``; every event carries ``sequence_number`` 
                     response.function_call_arguments.done, response.output_item.done
     then one of:    response.completed | response.incomplete (max_output_tokens,
                     content_filter) | response.failed (injected error)
+
+A refusal (``refusal_after``) ends the answer ``response.incomplete`` with reason
+``content_filter``; with ``refusal_deltas`` it is said as OpenAI says a refusal instead: the
+text part is closed, a ``refusal`` content part follows in the same message
+(``response.content_part.added``, ``response.refusal.delta`` ..., ``response.refusal.done``,
+``response.content_part.done``), and the response is ``response.completed``. The refusal's
+words are fixed (:data:`REFUSAL`) and are not counted as completion tokens.
 """
 
 from __future__ import annotations
@@ -44,11 +51,14 @@ from mock_upstream.plan import Part, Plan, Prompt, ToolSpec
 from mock_upstream.scenario import Scenario
 from mock_upstream.sse import frame
 from mock_upstream.stream import Outcome
+from mock_upstream.tokenizer import tokenize
 
 NAME: Final = "responses"
 ID_PREFIX: Final = "resp_"
 CALL_ID_PREFIX: Final = "call_"
 DEFAULT_MODEL: Final = "mock-gpt"
+#: What a refusal says with ``refusal_deltas``, one ``response.refusal.delta`` per token.
+REFUSAL: Final = "I'm sorry, but I can't help with that request."
 
 
 def _input_text(body: dict[str, Any]) -> str:
@@ -133,6 +143,8 @@ class ResponsesWire:
         self.items: list[dict[str, Any]] = []  # output items, in output_index order
         self.item_ids: dict[int, str] = {}  # part index -> item id
         self.texts: dict[int, str] = {}  # part index -> text or arguments so far
+        self.refusal_deltas = scenario.refusal_deltas
+        self.refusals: dict[int, str] = {}  # part index -> refusal said in that message
 
     # -- building blocks ----------------------------------------------------------------
     def _event(self, kind: str, **fields: Any) -> str:
@@ -164,11 +176,13 @@ class ResponsesWire:
     def _item(self, index: int, part: Part, status: str) -> dict[str, Any]:
         text = self.texts.get(index, "")
         if part.kind == "text":
-            content = (
+            content: list[dict[str, Any]] = (
                 [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
                 if status != "in_progress"
                 else []
             )
+            if index in self.refusals and status != "in_progress":
+                content.append({"type": "refusal", "refusal": self.refusals[index]})
             return {
                 "id": self.item_ids[index],
                 "type": "message",
@@ -185,25 +199,63 @@ class ResponsesWire:
             "arguments": text,
         }
 
+    def _text_done(self, index: int) -> str:
+        """The events that finish an output item's text part."""
+        item_id, text = self.item_ids[index], self.texts[index]
+        frames = self._event(
+            "response.output_text.done",
+            item_id=item_id,
+            output_index=index,
+            content_index=0,
+            text=text,
+            logprobs=[],
+        )
+        return frames + self._event(
+            "response.content_part.done",
+            item_id=item_id,
+            output_index=index,
+            content_index=0,
+            part={"type": "output_text", "text": text, "annotations": [], "logprobs": []},
+        )
+
+    def _refusal(self, index: int) -> str:
+        """A refusal part after the text part of message ``index``, said token by token."""
+        item_id = self.item_ids[index]
+        where = {"item_id": item_id, "output_index": index, "content_index": 1}
+        frames = self._event(
+            "response.content_part.added", **where, part={"type": "refusal", "refusal": ""}
+        )
+        for token in tokenize(REFUSAL):
+            frames += self._event("response.refusal.delta", **where, delta=token)
+        self.refusals[index] = REFUSAL
+        frames += self._event("response.refusal.done", **where, refusal=REFUSAL)
+        return frames + self._event(
+            "response.content_part.done", **where, part={"type": "refusal", "refusal": REFUSAL}
+        )
+
+    def _refuse(self) -> str:
+        """Close the open text part (or open a message) and say the refusal in it."""
+        open_parts = [i for i in self.item_ids if i >= len(self.items)]
+        frames = "".join(
+            self._close(i, self.plan.parts[i], "completed")
+            for i in open_parts
+            if self.plan.parts[i].kind != "text"
+        )
+        text = next((i for i in open_parts if self.plan.parts[i].kind == "text"), None)
+        part = Part("text", ())
+        if text is None:  # refused before any text: a message of its own
+            text = len(self.item_ids)
+            frames += self.encode(PartStarted(text, part))
+        frames += self._text_done(text) + self._refusal(text)
+        item = self._item(text, part, "completed")
+        self.items.append(item)
+        return frames + self._event("response.output_item.done", output_index=text, item=item)
+
     def _close(self, index: int, part: Part, status: str) -> str:
         """The events that finish one output item."""
         item_id, text = self.item_ids[index], self.texts[index]
         if part.kind == "text":
-            frames = self._event(
-                "response.output_text.done",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                text=text,
-                logprobs=[],
-            )
-            frames += self._event(
-                "response.content_part.done",
-                item_id=item_id,
-                output_index=index,
-                content_index=0,
-                part={"type": "output_text", "text": text, "annotations": [], "logprobs": []},
-            )
+            frames = self._text_done(index)
         else:
             frames = self._event(
                 "response.function_call_arguments.done",
@@ -266,6 +318,10 @@ class ResponsesWire:
         if isinstance(event, PartStopped):
             return self._close(event.index, event.part, "completed")
         if isinstance(event, Finished):
+            if event.reason == "refusal" and self.refusal_deltas:
+                frames = self._refuse()
+                response = self._response("completed", output=self.items, usage=_usage(event.usage))
+                return frames + self._event("response.completed", response=response)
             if event.reason in ("stop", "tool_calls"):
                 response = self._response("completed", output=self.items, usage=_usage(event.usage))
                 return self._event("response.completed", response=response)

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from mock_upstream.ids import new_id
 from mock_upstream.scenario import Scenario
-from mock_upstream.text import chunk_sizes, phrase, prose_tokens, rng_for
+from mock_upstream.text import chunk_sizes, filler_tokens, phrase, prose_tokens, rng_for
 from mock_upstream.tokenizer import count_tokens, tokenize
 
 FinishReason = Literal["stop", "length", "tool_calls", "refusal"]
@@ -68,9 +68,10 @@ class Chunk:
 
 @dataclass(frozen=True)
 class Part:
-    """One piece of output: text, or one tool call (whose chunks are its JSON arguments)."""
+    """One piece of output: text, one tool call (whose chunks are its JSON arguments), or an
+    extended-thinking block (Anthropic; ``thinking_tokens``)."""
 
-    kind: Literal["text", "tool_call"]
+    kind: Literal["text", "tool_call", "thinking"]
     chunks: tuple[Chunk, ...]
     name: str = ""
     call_id: str = ""
@@ -179,8 +180,18 @@ def _truncate(parts: list[Part], limit: int) -> list[Part]:
     return kept
 
 
+def _text_tokens(prompt: Prompt, seed: int, count: int, filler: int) -> list[str]:
+    """``count`` tokens of text, the first ``filler`` of them empty; at least two are prose (a
+    word and its full stop), so the answer always says something."""
+    filler = min(filler, max(count - 2, 0))
+    return filler_tokens(filler) + prose_tokens(prompt.text, seed, count - filler)
+
+
 def build_plan(prompt: Prompt, scenario: Scenario, *, call_id_prefix: str = "call_") -> Plan:
-    """Decide the whole answer for ``prompt`` under ``scenario`` (deterministic but for ids)."""
+    """Decide the whole answer for ``prompt`` under ``scenario`` (deterministic but for ids).
+
+    Parts in order: a thinking block (``thinking_tokens``), then the tool calls, each after a
+    text preamble if ``preamble_tokens`` asks for one, or else the text answer."""
     seed = scenario.seed if scenario.seed is not None else (prompt.seed or 0)
     parts: list[Part] = []
     for index, tool in enumerate(_chosen_tools(prompt)):
@@ -189,12 +200,19 @@ def build_plan(prompt: Prompt, scenario: Scenario, *, call_id_prefix: str = "cal
         chunks = _chunked(tokenize(arguments), prompt.text, seed, f"tool:{index}")
         parts.append(Part("tool_call", chunks, tool.name, new_id(call_id_prefix), index))
     if not parts:
-        tokens = prose_tokens(prompt.text, seed, scenario.tokens)
+        tokens = _text_tokens(prompt, seed, scenario.tokens, scenario.filler_tokens)
         parts.append(Part("text", _chunked(tokens, prompt.text, seed, "")))
-    finish: FinishReason = "tool_calls" if parts[0].kind == "tool_call" else "stop"
+    elif scenario.preamble_tokens:
+        tokens = _text_tokens(prompt, seed, scenario.preamble_tokens, scenario.filler_tokens)
+        parts.insert(0, Part("text", _chunked(tokens, prompt.text, seed, "preamble")))
+    if scenario.thinking_tokens:
+        thoughts = prose_tokens(prompt.text, seed + 1, scenario.thinking_tokens)
+        parts.insert(0, Part("thinking", _chunked(thoughts, prompt.text, seed, "thinking")))
+    calls = any(p.kind == "tool_call" for p in parts)
+    finish: FinishReason = "tool_calls" if calls else "stop"
     total = sum(p.token_count for p in parts)
     if prompt.max_tokens is not None and prompt.max_tokens < total:
         parts = _truncate(parts, prompt.max_tokens)
         finish = "length"
-    interleave = scenario.interleave_tools and parts[0].kind == "tool_call"
+    interleave = scenario.interleave_tools and all(p.kind == "tool_call" for p in parts)
     return Plan(tuple(parts), finish, prompt.prompt_tokens, prompt.model, interleave)

@@ -57,7 +57,13 @@ class Scenario:
     The wire variants change how the same answer is framed, as some real servers frame it:
     ``comment_every_ms`` (SSE comments while it runs), ``usage_with_choices`` (usage on the
     last chunk with choices), ``interleave_tools`` (parallel tool-call deltas interleaved) and
-    ``done_after_error`` (``data: [DONE]`` after the in-stream error, as vLLM sends it).
+    ``done_after_error`` (``data: [DONE]`` after the in-stream error, as vLLM sends it), and on
+    the Responses route ``refusal_deltas`` (a refusal sent as ``response.refusal.delta`` events).
+
+    The shape keys change what the answer holds: ``filler_tokens`` (the text opens with that
+    many tokens of whitespace and ellipses, as a model that "thinks out loud" in blank space),
+    ``preamble_tokens`` (a text part before the tool calls) and, on the Messages route,
+    ``thinking_tokens`` (an extended-thinking block, with its ``signature_delta``, first).
     """
 
     ttft_ms: int = DEFAULT_TTFT_MS
@@ -76,6 +82,10 @@ class Scenario:
     usage_with_choices: bool = False
     interleave_tools: bool = False
     done_after_error: bool = False
+    refusal_deltas: bool = False
+    filler_tokens: int = 0
+    preamble_tokens: int = 0
+    thinking_tokens: int = 0
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -180,13 +190,25 @@ _CONVERTERS: Final[dict[str, Callable[[object], Any]]] = {
     "usage_with_choices": _bool,
     "interleave_tools": _bool,
     "done_after_error": _bool,
+    "refusal_deltas": _bool,
+    "filler_tokens": _int(0),
+    "preamble_tokens": _int(0),
+    "thinking_tokens": _int(0),
 }
 _OPTIONAL: Final = frozenset(f.name for f in dataclasses.fields(Scenario) if f.default is None)
 KEYS: Final = tuple(_CONVERTERS)
-#: Keys that change how an answer is framed on the wire, not what it says.
-WIRE_VARIANTS: Final = frozenset(
-    {"comment_every_ms", "usage_with_choices", "interleave_tools", "done_after_error"}
-)
+#: Keys that only one API has, and that API's name: sent to another route they are a 400.
+ONLY_ON: Final[dict[str, str]] = {
+    "usage_with_choices": "chat",
+    "interleave_tools": "chat",
+    "done_after_error": "chat",
+    "refusal_deltas": "responses",
+    "thinking_tokens": "messages",
+}
+#: Keys that change how an answer is framed on the wire, not what it says, and the keys that
+#: only one API has (``thinking_tokens``): the ones :func:`mock_upstream.exchange.check_variants`
+#: looks at.
+WIRE_VARIANTS: Final = frozenset({"comment_every_ms", *ONLY_ON})
 
 
 def _check(key: str, value: object, source: str) -> Any:

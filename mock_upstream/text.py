@@ -129,6 +129,21 @@ def prose_tokens(prompt: str, seed: int, count: int) -> list[str]:
     return tokenize("".join(tokens))
 
 
+#: What ``filler_tokens`` opens an answer with, in turn: blank lines, spaces and ellipses,
+#: tokens that reach the client (and count for TTFT) but carry nothing to read.
+_FILLER: Final = ("\n", "...", "\n", "  ", "\n", "...")
+
+
+def filler_tokens(count: int) -> list[str]:
+    """``count`` tokens of empty filler that stay separate tokens before any prose.
+
+    The last one is never a run of spaces (it would join the first word of the prose)."""
+    tokens = [_FILLER[n % len(_FILLER)] for n in range(count)]
+    if tokens and tokens[-1].isspace() and "\n" not in tokens[-1]:
+        tokens[-1] = "..."
+    return tokens
+
+
 def chunk_sizes(prompt: str, seed: int, total: int) -> list[int]:
     """How many tokens each streamed chunk carries: mostly 1, often 2, sometimes 3."""
     rng = rng_for(prompt, seed, salt="chunks")

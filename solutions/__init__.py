@@ -7,6 +7,13 @@
   ``proxy.py``'s parts.
 * ``aiohttp_proxy.py``: ``portable`` over aiohttp, the one that meets the benchmark goals for
   holding many streams (README, "Benchmarks").
+* ``release.py``: the release policies (validation buffers) that ``labkit``'s stream gateway
+  (``labkit.make_stream_gateway``) runs inside the stream path (notebook 12).
+* ``responses_adapter.py``: OpenAI Responses events normalised into chat chunks (notebook 08).
+* ``accumulate.py``: one Anthropic turn's thinking, text and tool deltas by (index, delta type)
+  (notebook 09).
+* ``billing.py``: billing events priced per model that add up against the provider's books,
+  errored and cancelled requests included (notebook 11).
 
 Nothing here ships in the ``labkit`` package or in the learner bundle.
 """

@@ -21,9 +21,9 @@ def test_chat_role_only_first_chunk_is_not_a_token() -> None:
 
 
 def test_chat_content_and_tool_arguments_are_tokens() -> None:
-    assert meaning(chat_chunk({"content": "Hi"})) == Meaning(token=True, text="Hi")
+    assert meaning(chat_chunk({"content": "Hi"})) == Meaning(token=True, text="Hi", useful=True)
     tool = {"tool_calls": [{"index": 0, "function": {"arguments": '{"ci'}}]}
-    assert meaning(chat_chunk(tool)) == Meaning(token=True)
+    assert meaning(chat_chunk(tool)) == Meaning(token=True, useful=True)
 
 
 def test_chat_usage_chunk_and_done() -> None:
@@ -47,7 +47,7 @@ def test_anthropic_events() -> None:
     start = {"type": "message_start", "message": {"usage": {"input_tokens": 9, "output_tokens": 1}}}
     assert meaning(start, "message_start").usage == {"input_tokens": 9, "output_tokens": 1}
     delta = {"type": "content_block_delta", "delta": {"type": "text_delta", "text": "Hey"}}
-    assert meaning(delta, "content_block_delta") == Meaning(token=True, text="Hey")
+    assert meaning(delta, "content_block_delta") == Meaning(token=True, text="Hey", useful=True)
     ping = {"type": "ping"}
     assert meaning(ping, "ping") == Meaning()
     end = {"type": "message_delta", "usage": {"output_tokens": 12}}
@@ -61,7 +61,7 @@ def test_anthropic_events() -> None:
 
 def test_responses_events() -> None:
     delta: dict[str, Any] = {"type": "response.output_text.delta", "delta": "Yo"}
-    assert meaning(delta, delta["type"]) == Meaning(token=True, text="Yo")
+    assert meaning(delta, delta["type"]) == Meaning(token=True, text="Yo", useful=True)
     usage = {"input_tokens": 2, "output_tokens": 7}
     done: dict[str, Any] = {"type": "response.completed", "response": {"usage": usage}}
     assert meaning(done, done["type"]) == Meaning(usage=usage, terminal="response.completed")

@@ -87,6 +87,30 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "mock": {"error_after": 0, "done_after_error": True},
         },
     ),
+    # The answer-shape keys: a filler opening, thinking before text, a refusal in deltas.
+    "chat_completions_filler.sse": (
+        "/v1/chat/completions",
+        {"model": "mock-gpt", "messages": USER, "stream": True, "mock": {"filler_tokens": 5}},
+    ),
+    "messages_thinking.sse": (
+        "/v1/messages",
+        {
+            "model": "mock-claude",
+            "max_tokens": 100,
+            "messages": USER,
+            "stream": True,
+            "mock": {"thinking_tokens": 6},
+        },
+    ),
+    "responses_refusal_deltas.sse": (
+        "/v1/responses",
+        {
+            "model": "mock-gpt",
+            "input": "Tell me about streaming.",
+            "stream": True,
+            "mock": {"refusal_after": 4, "refusal_deltas": True},
+        },
+    ),
     "responses.sse": (
         "/v1/responses",
         {"model": "mock-gpt", "input": "Tell me about streaming.", "stream": True},

@@ -1,0 +1,40 @@
+"""Fixtures for the gateway-side solutions: the real mock and the gateway, each on a real
+socket, the usage log in a temporary file, and a guard that every test stops what it started."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from labkit import MockUpstream, serve
+from labkit.handles import ServerHandle, registry
+from mock_upstream import create_app
+
+
+@pytest.fixture
+def mock() -> Iterator[ServerHandle]:
+    with serve(create_app(), name="solutions-mock") as server:
+        yield server
+
+
+@pytest.fixture
+def books(mock: ServerHandle) -> MockUpstream:
+    """The mock's own records: what it generated, for each request."""
+    return MockUpstream(mock.url)
+
+
+@pytest.fixture
+def usage_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "usage.jsonl"
+    monkeypatch.setenv("USAGE_LOG", str(path))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running() -> Iterator[None]:
+    yield
+    leaked = registry.live()
+    registry.stop_all()
+    assert not leaked, f"servers left running: {leaked}"
