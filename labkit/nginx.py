@@ -1,4 +1,4 @@
-"""A real nginx on loopback, in front of a server of yours, for the production notebook.
+"""A real nginx on loopback, in front of a server of yours, for notebook 13 (nginx and the edge).
 
 ``start_nginx(server_block)`` writes a complete ``nginx.conf`` around the ``server { ... }`` body
 you pass (your ``location`` blocks with their ``proxy_*`` directives), in a fresh temporary
