@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="NAME",
         help="configurations to run (direct always runs): "
-        + ", ".join(c.name for c in (*configs.CONFIGS, *configs.EXTRA)),
+        + ", ".join(c.name for c in configs.CONFIGS),
     )
     parser.add_argument(
         "--suite",

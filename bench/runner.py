@@ -232,13 +232,10 @@ class Run:
             for server in servers.values():
                 server.stop()
             mock.stop()
-        memory = [c for c in live if c.kind != "litellm"]
+        memory = [c for c in live if c.launcher.memory_note is None]
         for c in live:
-            if c.kind == "litellm":
-                self.figures(c)["memory_note"] = (
-                    "not measured: LiteLLM does not forward the X-Mock-Scenario header "
-                    "that the idle and slow-reader shapes need"
-                )
+            if c.launcher.memory_note is not None:
+                self.figures(c)["memory_note"] = c.launcher.memory_note
         self.memory_phases(memory)
         self.note_load("end")
         self.result.wall_s = time.monotonic() - began
