@@ -130,7 +130,7 @@ def print_summary(result: dict[str, object], paths: list[Path]) -> None:
             print(f"skipped {name}: {why.splitlines()[0]}")
         for name in report.GOAL_CONFIGS:
             if name in result["configs"]:  # type: ignore[operator]
-                print(f"\n{name} against the issue's goals:")
+                print(f"\n{name} against the bench's goals (README, Benchmarks):")
                 print(report.goals_text(result, name))
     for timing in result.get("suite", []):  # type: ignore[attr-defined]
         status = "timed out" if timing["timed_out"] else f"exit {timing['exit_code']}"
