@@ -326,28 +326,33 @@ class Litellm(Launcher):
         return None
 
     def start(self, config: Config, upstream: Server) -> Server:
-        workdir = Path(tempfile.mkdtemp(prefix=f"bench-{config.name}-"))
-        conf = workdir / "litellm.yaml"
-        conf.write_text(LITELLM_CONF.format(upstream=upstream.url))
-        port = free_port()
-        argv = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(conf), "--host", HOST]
-        argv += ["--port", str(port), "--num_workers", "1"]
-        env = {
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "LITELLM_LOG": "ERROR",
-            "LITELLM_TELEMETRY": "False",
-            "NO_DOCS": "True",
-            "LITELLM_MASTER_KEY": "sk-bench",
-        }
-        return spawn(
-            config.name,
-            argv,
-            port,
-            env=env,
-            ready_path="/health/liveliness",
-            timeout=LITELLM_START_TIMEOUT_S,
-            workdir=workdir,
-        )
+        conf = LITELLM_CONF.format(upstream=upstream.url)
+        return start_litellm(config.name, conf, {"LITELLM_MASTER_KEY": "sk-bench"})
+
+
+def start_litellm(name: str, conf_text: str, env: dict[str, str] | None = None) -> Server:
+    """LiteLLM's proxy (one worker) with ``conf_text`` as its config and ``env`` on top."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    conf = workdir / "litellm.yaml"
+    conf.write_text(conf_text)
+    port = free_port()
+    argv = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(conf), "--host", HOST]
+    argv += ["--port", str(port), "--num_workers", "1"]
+    quiet = {
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_LOG": "ERROR",
+        "LITELLM_TELEMETRY": "False",
+        "NO_DOCS": "True",
+    }
+    return spawn(
+        name,
+        argv,
+        port,
+        env={**quiet, **(env or {})},
+        ready_path="/health/liveliness",
+        timeout=LITELLM_START_TIMEOUT_S,
+        workdir=workdir,
+    )
 
 
 LAUNCHERS: dict[Kind, Launcher] = {

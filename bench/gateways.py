@@ -17,24 +17,11 @@ import argparse
 import json
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from bench.configs import (
-    HOST,
-    LITELLM_START_TIMEOUT_S,
-    LITELLM_VENV,
-    Config,
-    Nginx,
-    Server,
-    free_port,
-    spawn,
-    start_mock,
-    start_nginx,
-)
+from bench.configs import Config, Litellm, Nginx, Server, start_litellm, start_mock, start_nginx
 from mock_upstream.scenario import DEFAULT_TOKENS, DEFAULT_TPS, DEFAULT_TTFT_MS
 
 GRADE_TIMEOUT_S = 300.0
@@ -71,33 +58,11 @@ def _nginx(name: str, directives: str) -> Callable[[Server], Server]:
 
 
 def _litellm_missing() -> str | None:
-    if not (LITELLM_VENV / "bin" / "litellm").exists():
-        return "LiteLLM is not installed in bench/.venv-litellm (make bench installs it)"
-    return None
+    return Litellm().unavailable(Config("litellm", "litellm", "litellm"))
 
 
 def _litellm(upstream: Server) -> Server:
-    port = free_port()
-    workdir = Path(tempfile.mkdtemp(prefix="gateway-litellm-"))
-    conf = workdir / "litellm.yaml"
-    conf.write_text(LITELLM_CONF.format(upstream=upstream.url))
-    argv = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(conf), "--host", HOST]
-    argv += ["--port", str(port), "--num_workers", "1"]
-    env = {
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_LOG": "ERROR",
-        "LITELLM_TELEMETRY": "False",
-        "NO_DOCS": "True",
-    }
-    return spawn(
-        "litellm",
-        argv,
-        port,
-        env=env,
-        ready_path="/health/liveliness",
-        timeout=LITELLM_START_TIMEOUT_S,
-        workdir=workdir,
-    )
+    return start_litellm("litellm", LITELLM_CONF.format(upstream=upstream.url))
 
 
 GATEWAYS: tuple[Gateway, ...] = (

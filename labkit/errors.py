@@ -105,7 +105,11 @@ class ServerExitedError(ServerStartError):
 
 
 class TargetLoadError(ServerStartError):
-    def __init__(self, *, name: str, target: str, error: str, details: str = "") -> None:
+    """``exception`` is the class name of what loading raised (``"SyntaxError"``), when known."""
+
+    def __init__(
+        self, *, name: str, target: str, error: str, details: str = "", exception: str = ""
+    ) -> None:
         super().__init__(
             f"{name!r} did not start: could not load {target}: {error}. "
             "Fix that error in the file and start it again.",
@@ -114,6 +118,7 @@ class TargetLoadError(ServerStartError):
         self.target = target
         self.error = error
         self.details = details
+        self.exception = exception
 
 
 class InvalidTargetError(LabkitError, ValueError):
