@@ -1,6 +1,6 @@
 """How many concurrent 20 tokens/s streams the mock upstream sustains on this machine.
 
-Run by ``make bench`` (or ``python -m bench mock-capacity [--levels 100 500 1000]``).
+Run it with ``python -m bench mock-capacity [--levels 100 500 1000] [--seconds 10]``.
 
 * the mock runs in its own process (:func:`bench.configs.start_mock`) on 127.0.0.1, every
   stream ``--seconds`` long at 20 tokens/s after a first token at once;
