@@ -344,7 +344,7 @@ def run_soak(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python bench/soak.py", description=__doc__.split("\n")[0]
+        prog="python -m bench soak", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--streams", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=50)
