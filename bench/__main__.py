@@ -5,7 +5,7 @@
     python -m bench --configs direct reference nginx
     python -m bench --suite unit grade  also time parts of the test suite (not by default)
     python -m bench mock-capacity [...] the mock upstream's own capacity (bench/mock_capacity.py)
-    python -m bench soak [...]          the reliability soak (bench/soak.py), when present
+    python -m bench soak [...]          the reliability soak (tests/reliability/soak.py)
     python -m bench report FILE.json    print the table and goals of an earlier run again
 
 Results: ``bench/results/bench-<time>.json`` and PNG plots beside it; the markdown table for the
@@ -26,7 +26,12 @@ from pathlib import Path
 from bench import configs, report, runner, suite
 
 HERE = Path(__file__).resolve().parent
-PARTS = {"mock-capacity": HERE / "mock_capacity.py", "soak": HERE / "soak.py"}
+# Parts run as their own programs: a module of this package, or a file (the soak lives beside
+# the reliability tests whose quick version runs it).
+PARTS = {
+    "mock-capacity": HERE / "mock_capacity.py",
+    "soak": HERE.parent / "tests" / "reliability" / "soak.py",
+}
 
 
 def log(message: str) -> None:
@@ -42,8 +47,11 @@ def run_part(name: str, rest: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    module = f"bench.{path.stem}"
-    return subprocess.run([sys.executable, "-m", module, *rest], check=False).returncode
+    program = ["-m", f"bench.{path.stem}"] if path.parent == HERE else [str(path)]
+    # the repository root on the path, as `python -m` from it gives: `solutions` is not installed
+    paths = [str(HERE.parent), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    return subprocess.run([sys.executable, *program, *rest], env=env, check=False).returncode
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="NAME",
         help="configurations to run (direct always runs): "
-        + ", ".join(c.name for c in (*configs.CONFIGS, *configs.EXTRA)),
+        + ", ".join(c.name for c in configs.CONFIGS),
     )
     parser.add_argument(
         "--suite",
@@ -130,7 +138,7 @@ def print_summary(result: dict[str, object], paths: list[Path]) -> None:
             print(f"skipped {name}: {why.splitlines()[0]}")
         for name in report.GOAL_CONFIGS:
             if name in result["configs"]:  # type: ignore[operator]
-                print(f"\n{name} against the issue's goals:")
+                print(f"\n{name} against the bench's goals (README, Benchmarks):")
                 print(report.goals_text(result, name))
     for timing in result.get("suite", []):  # type: ignore[attr-defined]
         status = "timed out" if timing["timed_out"] else f"exit {timing['exit_code']}"

@@ -1,8 +1,15 @@
 """The configurations under test, each a server in its own process on 127.0.0.1.
 
-A :class:`Config` knows how to start its server in front of the mock upstream and hands back a
-:class:`Server` (url, pid to meter, ``stop()``). Configurations whose tool is missing (nginx,
-LiteLLM's venv) report why with :meth:`Config.unavailable` and are skipped, never faked.
+A :class:`Config` names a way of reaching the mock; its ``kind`` picks the :class:`Launcher`
+(``LAUNCHERS``) that starts it in front of the mock upstream and hands back a :class:`Server`
+(url, pid to meter, ``stop()``). ``direct`` is the do-nothing launcher. A launcher whose tool
+is missing (nginx, LiteLLM's venv, uvloop) says why in :meth:`Launcher.unavailable` and the
+configuration is skipped, never faked.
+
+Ports: the bench binds each listening socket itself (``labkit.handles.bind_socket``, port 0)
+and hands the bound socket to the child (uvicorn's ``--fd``, nginx's inherited ``NGINX``
+sockets), so no other process can take the port between choosing and listening. LiteLLM only
+takes a port number: :func:`free_port` is for it alone.
 """
 
 from __future__ import annotations
@@ -20,7 +27,10 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
+
+from bench.mock_server import SCENARIO_ENV
+from labkit.handles import bind_socket
 
 HOST = "127.0.0.1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,13 +38,21 @@ UVLOOP_EXTRA = ROOT / "bench" / ".extra-uvloop"  # pip install --target (see REA
 LITELLM_VENV = ROOT / "bench" / ".venv-litellm"
 START_TIMEOUT_S = 20.0
 LITELLM_START_TIMEOUT_S = 90.0
+NGINX_PATH = "/usr/sbin:/usr/local/sbin:/usr/bin:/bin"
 
 Kind = Literal["direct", "uvicorn", "nginx", "litellm"]
 
 
+def listening_socket(name: str) -> socket.socket:
+    """A socket bound to a free port on 127.0.0.1 and listening, to hand to a child."""
+    return bind_socket(HOST, 0, name=name)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
+    """A port that was free a moment ago, for a program that takes only a port number
+    (LiteLLM). Another process may take it before the program binds it: prefer
+    :func:`listening_socket` wherever the program accepts a socket."""
+    with listening_socket("a port for LiteLLM") as sock:
         port: int = sock.getsockname()[1]
         return port
 
@@ -84,21 +102,28 @@ def spawn(
     ready_path: str | None = None,
     timeout: float = START_TIMEOUT_S,
     workdir: Path | None = None,
+    sock: socket.socket | None = None,
 ) -> Server:
     """Start ``argv`` in its own session, wait until ``port`` accepts (and ``ready_path``
-    answers 200 when given), or raise with the end of its log."""
+    answers 200 when given), or raise with the end of its log. ``sock``, the listening socket
+    the child is told about, is handed down and closed here."""
     workdir = workdir or Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
     log = workdir / "server.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            list(argv),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            cwd=ROOT,
-            start_new_session=True,
-            preexec_fn=_raise_nofile,
-        )
+    try:
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                list(argv),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+                cwd=ROOT,
+                start_new_session=True,
+                preexec_fn=_raise_nofile,
+                pass_fds=() if sock is None else (sock.fileno(),),
+            )
+    finally:
+        if sock is not None:
+            sock.close()  # the child holds its own copy
     server = Server(name, f"http://{HOST}:{port}", port, process.pid, process, workdir, log)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -125,24 +150,16 @@ def _answers(port: int, path: str | None) -> bool:
         return False
 
 
-def start_mock(ttft_ms: int, tps: float, tokens: int) -> Server:
-    port = free_port()
-    argv = [sys.executable, "-m", "mock_upstream.cli", "--host", HOST, "--port", str(port)]
-    argv += ["--ttft-ms", str(ttft_ms), "--tps", str(tps), "--tokens", str(tokens)]
-    return spawn("mock", argv, port, ready_path="/healthz")
-
-
-def uvicorn_argv(target: str, port: int, fast: bool) -> list[str]:
+def uvicorn_argv(target: str, fd: int, fast: bool, *, factory: bool = False) -> list[str]:
     loop, http = ("uvloop", "httptools") if fast else ("asyncio", "h11")
     return [
         sys.executable,
         "-m",
         "uvicorn",
         target,
-        "--host",
-        HOST,
-        "--port",
-        str(port),
+        *(["--factory"] if factory else []),
+        "--fd",
+        str(fd),
         "--loop",
         loop,
         "--http",
@@ -155,6 +172,23 @@ def uvicorn_argv(target: str, port: int, fast: bool) -> list[str]:
         "--backlog",
         "4096",
     ]
+
+
+def serve_uvicorn(
+    name: str, target: str, env: dict[str, str], *, fast: bool = False, factory: bool = False
+) -> Server:
+    """``target`` under uvicorn on a socket bound here."""
+    sock = listening_socket(name)
+    port = sock.getsockname()[1]
+    argv = uvicorn_argv(target, sock.fileno(), fast, factory=factory)
+    ready = "/healthz" if factory else None
+    return spawn(name, argv, port, env=env, ready_path=ready, sock=sock)
+
+
+def start_mock(ttft_ms: int, tps: float, tokens: int) -> Server:
+    """The mock upstream (``bench.mock_server``) with these defaults for every request."""
+    scenario = f"ttft_ms={ttft_ms};tps={tps:g};tokens={tokens}"
+    return serve_uvicorn("mock", "bench.mock_server:app", {SCENARIO_ENV: scenario}, factory=True)
 
 
 NGINX_CONF = """\
@@ -172,19 +206,51 @@ http {{
     fastcgi_temp_path {prefix}/fastcgi;
     uwsgi_temp_path {prefix}/uwsgi;
     scgi_temp_path {prefix}/scgi;
-    upstream mock {{ server {upstream}; keepalive 256; }}
+    upstream mock {{ server {upstream};{keepalive} }}
     server {{
         listen {host}:{port} backlog=4096;
         location / {{
             proxy_pass http://mock;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-            proxy_read_timeout 3600s;
+{directives}
         }}
     }}
 }}
 """
+# The bench's nginx: HTTP/1.1 to the mock with pooled connections, no buffering.
+STREAMING_NGINX = (
+    'proxy_http_version 1.1;\nproxy_set_header Connection "";\n'
+    "proxy_buffering off;\nproxy_read_timeout 3600s;"
+)
+
+
+def find_nginx() -> str | None:
+    return shutil.which("nginx", path=NGINX_PATH + ":" + os.environ.get("PATH", ""))
+
+
+def start_nginx(
+    name: str, upstream: Server, directives: str, *, keepalive: int | None = None
+) -> Server:
+    """nginx (one worker) proxying every path to ``upstream`` with ``directives`` in its
+    ``location /``; ``keepalive`` idle connections to the upstream are kept when given."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    sock = listening_socket(name)
+    port = sock.getsockname()[1]
+    conf = workdir / "nginx.conf"
+    conf.write_text(
+        NGINX_CONF.format(
+            prefix=workdir,
+            upstream=f"{HOST}:{upstream.port}",
+            keepalive=f" keepalive {keepalive};" if keepalive else "",
+            host=HOST,
+            port=port,
+            directives="\n".join(f"            {line}" for line in directives.splitlines()),
+        )
+    )
+    argv = [str(find_nginx()), "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "e.log")]
+    # nginx takes listening sockets from $NGINX ("fd;fd;") when one matches a `listen`.
+    env = {"NGINX": f"{sock.fileno()};"}
+    return spawn(name, argv, port, env=env, workdir=workdir, sock=sock)
+
 
 LITELLM_CONF = """\
 model_list:
@@ -194,6 +260,107 @@ model_list:
       api_base: {upstream}/v1
       api_key: sk-bench
 """
+
+
+class Launcher:
+    """Starts one kind of configuration. This base is the direct path: nothing to start."""
+
+    # Why the idle and slow-reader shapes are not measured for this kind (None: they are).
+    memory_note: ClassVar[str | None] = None
+
+    def unavailable(self, config: Config) -> str | None:
+        """Why ``config`` cannot run here, or None."""
+        return None
+
+    def start(self, config: Config, upstream: Server) -> Server:
+        return Server(config.name, upstream.url, upstream.port, None)
+
+
+class Uvicorn(Launcher):
+    """A proxy app (``config.target``) under uvicorn, forwarding to the mock."""
+
+    def unavailable(self, config: Config) -> str | None:
+        if config.fast_loop and not (UVLOOP_EXTRA / "uvloop").exists():
+            return (
+                "uvloop/httptools are not in bench/.extra-uvloop "
+                "(pip install --target bench/.extra-uvloop uvloop httptools)"
+            )
+        return None
+
+    def start(self, config: Config, upstream: Server) -> Server:
+        env = {"UPSTREAM_URL": upstream.url, "HEARTBEAT_S": "2"}
+        if config.fast_loop:
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(UVLOOP_EXTRA), os.environ.get("PYTHONPATH", "")) if p
+            )
+        return serve_uvicorn(config.name, config.target, env, fast=config.fast_loop)
+
+
+class Nginx(Launcher):
+    """nginx from the system, configured for streaming (:data:`STREAMING_NGINX`)."""
+
+    def unavailable(self, config: Config) -> str | None:
+        if find_nginx() is None:
+            return "nginx is not installed (apt-get install nginx)"
+        return None
+
+    def start(self, config: Config, upstream: Server) -> Server:
+        return start_nginx(config.name, upstream, STREAMING_NGINX, keepalive=256)
+
+
+class Litellm(Launcher):
+    """LiteLLM's proxy from ``bench/.venv-litellm``, one worker."""
+
+    memory_note = (
+        "not measured: LiteLLM does not forward the X-Mock-Scenario header "
+        "that the idle and slow-reader shapes need"
+    )
+
+    def unavailable(self, config: Config) -> str | None:
+        if not (LITELLM_VENV / "bin" / "litellm").exists():
+            return (
+                f"LiteLLM is not installed in {LITELLM_VENV.relative_to(ROOT)} "
+                "(python -m venv bench/.venv-litellm && bench/.venv-litellm/bin/pip install "
+                "'litellm[proxy]')"
+            )
+        return None
+
+    def start(self, config: Config, upstream: Server) -> Server:
+        conf = LITELLM_CONF.format(upstream=upstream.url)
+        return start_litellm(config.name, conf, {"LITELLM_MASTER_KEY": "sk-bench"})
+
+
+def start_litellm(name: str, conf_text: str, env: dict[str, str] | None = None) -> Server:
+    """LiteLLM's proxy (one worker) with ``conf_text`` as its config and ``env`` on top."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
+    conf = workdir / "litellm.yaml"
+    conf.write_text(conf_text)
+    port = free_port()
+    argv = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(conf), "--host", HOST]
+    argv += ["--port", str(port), "--num_workers", "1"]
+    quiet = {
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_LOG": "ERROR",
+        "LITELLM_TELEMETRY": "False",
+        "NO_DOCS": "True",
+    }
+    return spawn(
+        name,
+        argv,
+        port,
+        env={**quiet, **(env or {})},
+        ready_path="/health/liveliness",
+        timeout=LITELLM_START_TIMEOUT_S,
+        workdir=workdir,
+    )
+
+
+LAUNCHERS: dict[Kind, Launcher] = {
+    "direct": Launcher(),
+    "uvicorn": Uvicorn(),
+    "nginx": Nginx(),
+    "litellm": Litellm(),
+}
 
 
 @dataclass(frozen=True)
@@ -208,71 +375,16 @@ class Config:
     quick: bool = False  # part of --quick
     notes: list[str] = field(default_factory=list, compare=False)
 
+    @property
+    def launcher(self) -> Launcher:
+        return LAUNCHERS[self.kind]
+
     def unavailable(self) -> str | None:
         """Why this configuration cannot run here, or None."""
-        if (
-            self.kind == "nginx"
-            and shutil.which(
-                "nginx", path="/usr/sbin:/usr/local/sbin:" + os.environ.get("PATH", "")
-            )
-            is None
-        ):
-            return "nginx is not installed (apt-get install nginx)"
-        if self.kind == "litellm" and not (LITELLM_VENV / "bin" / "litellm").exists():
-            return (
-                f"LiteLLM is not installed in {LITELLM_VENV.relative_to(ROOT)} "
-                "(python -m venv bench/.venv-litellm && bench/.venv-litellm/bin/pip install "
-                "'litellm[proxy]')"
-            )
-        if self.fast_loop and not (UVLOOP_EXTRA / "uvloop").exists():
-            return (
-                "uvloop/httptools are not in bench/.extra-uvloop "
-                "(pip install --target bench/.extra-uvloop uvloop httptools)"
-            )
-        return None
+        return self.launcher.unavailable(self)
 
     def start(self, upstream: Server) -> Server:
-        if self.kind == "direct":
-            return Server(self.name, upstream.url, upstream.port, None)
-        port = free_port()
-        if self.kind == "uvicorn":
-            env = {"UPSTREAM_URL": upstream.url, "HEARTBEAT_S": "2"}
-            if self.fast_loop:
-                env["PYTHONPATH"] = os.pathsep.join(
-                    p for p in (str(UVLOOP_EXTRA), os.environ.get("PYTHONPATH", "")) if p
-                )
-            return spawn(self.name, uvicorn_argv(self.target, port, self.fast_loop), port, env=env)
-        workdir = Path(tempfile.mkdtemp(prefix=f"bench-{self.name}-"))
-        if self.kind == "nginx":
-            conf = workdir / "nginx.conf"
-            conf.write_text(
-                NGINX_CONF.format(
-                    prefix=workdir, upstream=f"{HOST}:{upstream.port}", host=HOST, port=port
-                )
-            )
-            nginx = shutil.which("nginx", path="/usr/sbin:/usr/local/sbin:" + os.environ["PATH"])
-            argv = [str(nginx), "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "e.log")]
-            return spawn(self.name, argv, port, workdir=workdir)
-        conf = workdir / "litellm.yaml"
-        conf.write_text(LITELLM_CONF.format(upstream=upstream.url))
-        argv = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(conf), "--host", HOST]
-        argv += ["--port", str(port), "--num_workers", "1"]
-        env = {
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-            "LITELLM_LOG": "ERROR",
-            "LITELLM_TELEMETRY": "False",
-            "NO_DOCS": "True",
-            "LITELLM_MASTER_KEY": "sk-bench",
-        }
-        return spawn(
-            self.name,
-            argv,
-            port,
-            env=env,
-            ready_path="/health/liveliness",
-            timeout=LITELLM_START_TIMEOUT_S,
-            workdir=workdir,
-        )
+        return self.launcher.start(self, upstream)
 
 
 REFERENCE = "solutions.proxy:app"
@@ -293,31 +405,31 @@ CONFIGS: tuple[Config, ...] = (
     Config(
         "httpx-pool",
         "uvicorn",
-        "portable relay on httpx, max_connections=None, 500 keep-alive",
+        "reference relay on httpx, max_connections=None, 500 keep-alive",
         "bench.proxies.httpx_client:app_pool",
     ),
     Config(
         "httpx-wide",
         "uvicorn",
-        "portable relay on httpx, max_connections=1000, 100 keep-alive",
+        "reference relay on httpx, max_connections=1000, 100 keep-alive",
         "bench.proxies.httpx_client:app_wide",
     ),
     Config(
         "httpx2",
         "uvicorn",
-        "portable relay on httpx2, default limits",
+        "reference relay on httpx2, default limits",
         "bench.proxies.httpx2_client:app",
     ),
     Config(
         "httpx2-wide",
         "uvicorn",
-        "portable relay on httpx2, max_connections=None, 100 keep-alive",
+        "reference relay on httpx2, max_connections=None, 100 keep-alive",
         "bench.proxies.httpx2_client:app_wide",
     ),
     Config(
         "aiohttp",
         "uvicorn",
-        "aiohttp reference (portable relay, unlimited connector)",
+        "aiohttp reference (the reference relay, unlimited connector)",
         AIOHTTP_REFERENCE,
         quick=True,
     ),
@@ -332,22 +444,11 @@ CONFIGS: tuple[Config, ...] = (
     Config("litellm", "litellm", "LiteLLM proxy, 1 worker (own venv)"),
 )
 
-# Run by name only (--configs control-httpx): the portable relay over httpx with the reference's
-# own limits. It should measure like "reference"; a gap would be the relay's cost, not httpx's.
-EXTRA: tuple[Config, ...] = (
-    Config(
-        "control-httpx",
-        "uvicorn",
-        "portable relay on httpx, default limits (control)",
-        "bench.proxies.httpx_client:app",
-    ),
-)
-
 
 def select(names: Sequence[str] | None, quick: bool) -> list[Config]:
     """The configurations to run: by name, else the quick set, else all. ``direct`` is always
     first (every added figure is measured against it)."""
-    known = {c.name: c for c in (*CONFIGS, *EXTRA)}
+    known = {c.name: c for c in CONFIGS}
     if names:
         unknown = [n for n in names if n not in known]
         if unknown:

@@ -15,44 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from bench.configs import HOST, LITELLM_START_TIMEOUT_S, LITELLM_VENV, Server, free_port, spawn
+from bench.configs import Config, Litellm, Nginx, Server, start_litellm, start_mock, start_nginx
 from mock_upstream.scenario import DEFAULT_TOKENS, DEFAULT_TPS, DEFAULT_TTFT_MS
 
-NGINX_PATH = "/usr/sbin:/usr/local/sbin:/usr/bin:/bin"
 GRADE_TIMEOUT_S = 300.0
-
-NGINX_CONF = """\
-daemon off;
-master_process on;
-worker_processes 1;
-pid {prefix}/nginx.pid;
-error_log {prefix}/error.log error;
-events {{ worker_connections 1024; }}
-http {{
-    access_log off;
-    client_body_temp_path {prefix}/body;
-    proxy_temp_path {prefix}/proxy;
-    fastcgi_temp_path {prefix}/fastcgi;
-    uwsgi_temp_path {prefix}/uwsgi;
-    scgi_temp_path {prefix}/scgi;
-    server {{
-        listen {host}:{port};
-        location / {{
-            proxy_pass http://{upstream};
-{directives}
-        }}
-    }}
-}}
-"""
 
 LITELLM_CONF = """\
 model_list:
@@ -75,61 +47,22 @@ class Gateway:
 
 
 def _nginx_missing() -> str | None:
-    if shutil.which("nginx", path=NGINX_PATH) is None:
-        return "nginx is not installed (apt-get install nginx)"
-    return None
+    return Nginx().unavailable(Config("nginx", "nginx", "nginx"))
 
 
 def _nginx(name: str, directives: str) -> Callable[[Server], Server]:
     def start(upstream: Server) -> Server:
-        port = free_port()
-        workdir = Path(tempfile.mkdtemp(prefix=f"gateway-{name}-"))
-        conf = workdir / "nginx.conf"
-        lines = "\n".join(f"            {d}" for d in directives.splitlines())
-        conf.write_text(
-            NGINX_CONF.format(
-                prefix=workdir,
-                host=HOST,
-                port=port,
-                upstream=f"{HOST}:{upstream.port}",
-                directives=lines,
-            )
-        )
-        nginx = str(shutil.which("nginx", path=NGINX_PATH))
-        argv = [nginx, "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "e.log")]
-        return spawn(name, argv, port, workdir=workdir)
+        return start_nginx(name, upstream, directives)
 
     return start
 
 
 def _litellm_missing() -> str | None:
-    if not (LITELLM_VENV / "bin" / "litellm").exists():
-        return "LiteLLM is not installed in bench/.venv-litellm (make bench installs it)"
-    return None
+    return Litellm().unavailable(Config("litellm", "litellm", "litellm"))
 
 
 def _litellm(upstream: Server) -> Server:
-    port = free_port()
-    workdir = Path(tempfile.mkdtemp(prefix="gateway-litellm-"))
-    conf = workdir / "litellm.yaml"
-    conf.write_text(LITELLM_CONF.format(upstream=upstream.url))
-    argv = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(conf), "--host", HOST]
-    argv += ["--port", str(port), "--num_workers", "1"]
-    env = {
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_LOG": "ERROR",
-        "LITELLM_TELEMETRY": "False",
-        "NO_DOCS": "True",
-    }
-    return spawn(
-        "litellm",
-        argv,
-        port,
-        env=env,
-        ready_path="/health/liveliness",
-        timeout=LITELLM_START_TIMEOUT_S,
-        workdir=workdir,
-    )
+    return start_litellm("litellm", LITELLM_CONF.format(upstream=upstream.url))
 
 
 GATEWAYS: tuple[Gateway, ...] = (
@@ -150,17 +83,9 @@ GATEWAYS: tuple[Gateway, ...] = (
 BY_NAME = {g.name: g for g in GATEWAYS}
 
 
-def start_mock() -> Server:
-    port = free_port()
-    argv = [sys.executable, "-m", "mock_upstream.cli", "--host", HOST, "--port", str(port)]
-    argv += ["--ttft-ms", str(DEFAULT_TTFT_MS), "--tps", str(DEFAULT_TPS)]
-    argv += ["--tokens", str(DEFAULT_TOKENS)]
-    return spawn("mock", argv, port, ready_path="/healthz")
-
-
 def grade(gateway: Gateway) -> dict[str, Any]:
     """Start the mock and the gateway, grade the gateway by URL, stop both."""
-    mock = start_mock()
+    mock = start_mock(DEFAULT_TTFT_MS, DEFAULT_TPS, DEFAULT_TOKENS)
     try:
         server = gateway.start(mock)
         try:

@@ -8,13 +8,17 @@ Shapes:
 
 * ``steady`` -- a closed loop: ``streams`` workers each open a stream, read it to the end and
   open the next one at once, until ``seconds`` have passed (starts staggered over ``stagger_s``);
-* ``burst`` -- ``streams`` streams started at the same instant, read to the end;
+* ``burst`` -- ``streams`` streams started at the same instant (or spread evenly over
+  ``stagger_s``), read to the end;
 * ``idle`` -- ``streams`` streams whose first token is far away, held open ``hold_s`` seconds;
 * ``slow`` -- ``streams`` long streams read ``read_bytes`` every ``read_every_s`` seconds,
   for ``hold_s`` seconds, then dropped.
 
 Each HTTP/1.1 response is de-chunked here, and every SSE ``data:`` line is timestamped at the
-socket read that completed it (the lowest layer we read), before anything is parsed.
+socket read that completed it (the lowest layer we read), before anything is parsed. With
+``count_tokens`` (and the mock's ``tps``) each content frame is also counted in tokens with the
+mock's own tokenizer, and the result carries every stream's interval errors
+(:func:`bench.stats.interval_errors`): how far each gap is from the mock's schedule.
 """
 
 from __future__ import annotations
@@ -26,6 +30,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from bench.stats import interval_errors
+
+# at module level: importing inside a running stream would stall the event loop
+from mock_upstream.tokenizer import count_tokens
 
 HOST = "127.0.0.1"
 PATH = "/v1/chat/completions"
@@ -84,6 +93,8 @@ class Stream:
     same_read: int = 0  # content chunks that arrived in the same read as the previous one
     done: bool = False
     error: str | None = None
+    text: str = ""  # the content so far, with ``count_tokens`` only
+    frames: list[tuple[float, int]] = field(default_factory=list)  # (arrival, tokens so far)
 
 
 def request_bytes(port: int, model: str, scenario: str | None, seed: int) -> bytes:
@@ -157,6 +168,7 @@ async def read_body(
     spec: dict[str, Any], reader: asyncio.StreamReader, stream: Stream, chunks: Dechunker | None
 ) -> None:
     slow = spec["shape"] == "slow"
+    counting = bool(spec.get("count_tokens"))
     size = spec.get("read_bytes", READ_SIZE) if slow else READ_SIZE
     pending = b""
     while True:
@@ -186,6 +198,10 @@ async def read_body(
                     stream.gaps.append(now - stream.last)
                 in_this_read += 1
                 stream.last = now
+                if counting:
+                    chunk = json.loads(line[5:])
+                    stream.text += chunk["choices"][0]["delta"]["content"]
+                    stream.frames.append((now, count_tokens(stream.text)))
         stream.same_read += max(0, in_this_read - 1)
 
 
@@ -208,8 +224,15 @@ async def steady(spec: dict[str, Any]) -> list[Stream]:
 
 
 async def burst(spec: dict[str, Any]) -> list[Stream]:
+    n, stagger = spec["streams"], spec.get("stagger_s", 0.0)
     hard = time.monotonic() + spec["stream_timeout_s"]
-    return list(await asyncio.gather(*(run_stream(spec, i, hard) for i in range(spec["streams"]))))
+
+    async def one(i: int) -> Stream:
+        if stagger:
+            await asyncio.sleep(stagger * i / n)
+        return await run_stream(spec, i, hard)
+
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
 async def held(spec: dict[str, Any]) -> list[Stream]:
@@ -244,6 +267,11 @@ SHAPES = {"steady": steady, "burst": burst, "idle": held, "slow": held}
 
 def summarise(spec: dict[str, Any], streams: list[Stream], wall: float) -> dict[str, Any]:
     errors: dict[str, int] = {}
+    counted: dict[str, Any] = {}
+    if spec.get("count_tokens"):
+        counted["interval_errors_s"] = [
+            e for s in streams for e in interval_errors(s.frames, spec["tps"])
+        ]
     for s in streams:
         if s.error and s.error != "held":
             errors[s.error] = errors.get(s.error, 0) + 1
@@ -262,6 +290,7 @@ def summarise(spec: dict[str, Any], streams: list[Stream], wall: float) -> dict[
         "same_read": sum(s.same_read for s in streams),
         "wall_s": wall,
         "loadgen_cpu_s": time.process_time(),
+        **counted,
     }
 
 

@@ -20,7 +20,8 @@ from bench.stats import fmt, fmt_ratio, markdown_table, ratio
 RESULTS = Path(__file__).resolve().parent / "results"
 NAN = math.nan
 
-# The issue's goals for the reference proxy.
+# What a streaming proxy should cost, at most (README, "Benchmarks"): the goals judged for the
+# configurations in GOAL_CONFIGS.
 GOAL_ADDED_TTFT_P50_MS = 2.0
 GOAL_ADDED_TTFT_P99_MS = 20.0
 GOAL_BURST_VS_NGINX = 2.0
@@ -172,7 +173,7 @@ GOAL_CONFIGS = ("reference", "aiohttp", "aiohttp-uvloop")
 
 
 def goals(result: Mapping[str, Any], name: str = "reference") -> list[Goal]:
-    """The issue's goals for one configuration (the reference proxy by default)."""
+    """The bench's goals, met or missed by one configuration (the reference by default)."""
     figures = result["configs"].get(name)
     if figures is None:
         return []

@@ -110,7 +110,8 @@ def loadgen(
             lines.put(line)
         lines.put(None)
 
-    threading.Thread(target=pump, daemon=True).start()
+    pumping = threading.Thread(target=pump, daemon=True)
+    pumping.start()
     deadline = time.monotonic() + timeout
     result: dict[str, Any] | None = None
     try:
@@ -132,8 +133,12 @@ def loadgen(
         if process.poll() is None:
             process.kill()
         process.wait(timeout=10)
-    if result is None:
+        pumping.join(timeout=5)  # the child is gone: its stdout is at its end
         stderr = process.stderr.read() if process.stderr else ""
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+    if result is None:
         raise RuntimeError(
             f"the load generator gave no result (exit {process.returncode}):\n{stderr[-2000:]}"
         )
@@ -232,13 +237,10 @@ class Run:
             for server in servers.values():
                 server.stop()
             mock.stop()
-        memory = [c for c in live if c.kind != "litellm"]
+        memory = [c for c in live if c.launcher.memory_note is None]
         for c in live:
-            if c.kind == "litellm":
-                self.figures(c)["memory_note"] = (
-                    "not measured: LiteLLM does not forward the X-Mock-Scenario header "
-                    "that the idle and slow-reader shapes need"
-                )
+            if c.launcher.memory_note is not None:
+                self.figures(c)["memory_note"] = c.launcher.memory_note
         self.memory_phases(memory)
         self.note_load("end")
         self.result.wall_s = time.monotonic() - began

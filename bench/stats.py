@@ -6,13 +6,14 @@ figure measured on the same run, so a noisy machine moves both sides together.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# Every load shape paces the mock at this rate (the issue's "20 tokens/s each").
+# Every load shape paces the mock at this rate: 20 tokens/s per stream, a fast chat model.
 TOKENS_PER_S = 20.0
 # A stream's chunks are "batched" when the median gap between content chunks is below this
 # fraction of the upstream's interval between tokens: several chunks arrived in one burst.
@@ -32,6 +33,13 @@ def percentile(values: Sequence[float], q: float) -> float:
     low = math.floor(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def interval_errors(frames: Sequence[tuple[float, int]], tps: float) -> list[float]:
+    """For each pair of consecutive frames ``(arrival, tokens so far)`` of one stream, how far
+    the measured gap is from the gap a ``tps`` schedule promises for the later frame's tokens
+    (absolute, seconds)."""
+    return [abs((t1 - t0) - (n1 - n0) / tps) for (t0, n0), (t1, n1) in itertools.pairwise(frames)]
 
 
 @dataclass(frozen=True)

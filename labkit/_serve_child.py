@@ -1,11 +1,12 @@
 """Child side of ``serve_subprocess``: load a target, serve it, report back through a file.
 
 Run as ``python -m labkit._serve_child --target T --ready-file F ...``. The child binds the socket
-itself (port 0 by default) and, once uvicorn is serving, writes ``{"status": "ready", "port": N}``
-to the ready file (written whole, then renamed into place). If it cannot get that far it writes
-``{"status": "load_error" | "port_in_use" | "startup_failed", "error": ..., "details": ...}``
-instead, so the parent can raise the matching error with a plain message. Everything the target
-prints goes to this process's stdout/stderr, which the parent keeps in files.
+itself (port 0 by default) and, once uvicorn is serving, writes a ``ready``
+:class:`~labkit._child_status.ChildStatus` with the port to the ready file. If it cannot get
+that far it writes the status that says why (``load_error``, ``port_in_use``, ``bind_error``,
+``startup_failed``, with the error and its traceback), so the parent can raise the matching
+error with a plain message. Everything the target prints goes to this process's stdout/stderr,
+which the parent keeps in files.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import json
 import logging
 import os
 import sys
@@ -25,17 +25,11 @@ from typing import Any
 
 import uvicorn
 
+from labkit._child_status import ChildStatus
 from labkit.errors import PortInUseError, ServerStartError
 from labkit.handles import bind_socket
 
 GRACEFUL_TIMEOUT = 1
-
-
-def _report(path: str, payload: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(payload, fh)
-    os.replace(tmp, path)
 
 
 def _summary(exc: BaseException) -> str:
@@ -84,7 +78,7 @@ def _watch(server: uvicorn.Server, ready_file: str, port: int, parent_pid: int) 
     reported = False
     while not server.should_exit:
         if not reported and server.started:
-            _report(ready_file, {"status": "ready", "port": port, "pid": os.getpid()})
+            ChildStatus("ready", port=port, pid=os.getpid()).write(ready_file)
             reported = True
         if parent_pid and os.getppid() != parent_pid:  # the parent died without stopping us
             server.should_exit = True
@@ -113,18 +107,20 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # SyntaxError, ImportError, anything the module raises
         traceback.print_exc()
         details = "".join(traceback.format_exception(exc))
-        _report(
-            args.ready_file, {"status": "load_error", "error": _summary(exc), "details": details}
+        exception = type(exc).__name__
+        status = ChildStatus(
+            "load_error", error=_summary(exc), exception=exception, details=details
         )
+        status.write(args.ready_file)
         return 2
 
     try:
         sock = bind_socket(args.host, args.port, name=args.name)
     except PortInUseError:
-        _report(args.ready_file, {"status": "port_in_use"})
+        ChildStatus("port_in_use").write(args.ready_file)
         return 2
     except ServerStartError as exc:
-        _report(args.ready_file, {"status": "bind_error", "error": str(exc)})
+        ChildStatus("bind_error", error=str(exc)).write(args.ready_file)
         return 2
     port = sock.getsockname()[1]
 
@@ -145,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         startup = next((line for line in errors.lines if "Traceback" in line), "")
         error = startup.strip().splitlines()[-1] if startup else f"uvicorn exit code {exc.code}"
-        _report(args.ready_file, {"status": "startup_failed", "error": error, "details": startup})
+        ChildStatus("startup_failed", error=error, details=startup).write(args.ready_file)
         return 3
     finally:
         server.should_exit = True

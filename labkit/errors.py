@@ -1,6 +1,6 @@
-"""Every error labkit raises, in one place.
+"""Every error labkit raises, drawn in one place.
 
-The hierarchy::
+The hierarchy (classes defined in another module say which)::
 
     LabkitError                      root: catch this to catch anything labkit raises
     ├── ServerStartError             a server did not come up; nothing is left running
@@ -8,13 +8,24 @@ The hierarchy::
     │   ├── StartTimeoutError        still not serving when the start deadline passed
     │   ├── AppStartupError          the app's own startup (lifespan) raised
     │   ├── ServerExitedError        the server thread or child process ended early
-    │   └── TargetLoadError          a subprocess target could not be imported
+    │   ├── TargetLoadError          a subprocess target could not be imported
+    │   └── MemoryLimitExceeded      the kernel stopped a proxy for memory (grading.sandbox)
     ├── InvalidTargetError           a serve_subprocess target that is neither a file nor mod:attr
     ├── CaptureError                 capture_stream could not get a response at all
-    └── MockUpstreamError            the mock's debug endpoints answered unexpectedly
+    ├── MockUpstreamError            the mock's debug endpoints answered unexpectedly
+    ├── NginxNotFoundError           no nginx executable on this machine (nginx)
+    ├── ProxyFileError               proxy.py is missing, not Python, or a part does not fit
+    │                                (proxy_file)
+    ├── SolutionRegionError          solution-region delimiters that do not pair up (regions)
+    ├── UsageError                   a command line that cannot be done; exit code 2 (cli)
+    ├── GradingError                 grading could not be set up (grading.roster)
+    ├── RubricError                  a rubric file that cannot be used (grading.rubric)
+    └── MergeError                   shard folders that do not add up to one class
+                                     (grading.class_results)
 
 Each message says what was expected, what happened instead and what to do. The constructors
-take the facts and build the message, so the wording lives here and a test pins it.
+of the classes here take the facts and build the message, so the wording lives here and a test
+pins it (``tests/labkit_core/test_labkit_errors.py``, which also keeps this drawing complete).
 """
 
 from __future__ import annotations
@@ -94,7 +105,11 @@ class ServerExitedError(ServerStartError):
 
 
 class TargetLoadError(ServerStartError):
-    def __init__(self, *, name: str, target: str, error: str, details: str = "") -> None:
+    """``exception`` is the class name of what loading raised (``"SyntaxError"``), when known."""
+
+    def __init__(
+        self, *, name: str, target: str, error: str, details: str = "", exception: str = ""
+    ) -> None:
         super().__init__(
             f"{name!r} did not start: could not load {target}: {error}. "
             "Fix that error in the file and start it again.",
@@ -103,6 +118,7 @@ class TargetLoadError(ServerStartError):
         self.target = target
         self.error = error
         self.details = details
+        self.exception = exception
 
 
 class InvalidTargetError(LabkitError, ValueError):

@@ -3,7 +3,9 @@
 A handle has a name, a host and port, a ``url`` (no ``/v1``), ``stop()`` and works as a context
 manager. The registry exists for two behaviours the notebooks need: starting a server under a
 name that is already running stops the old one first (so re-running a cell replaces it), and
-everything still running is stopped when the interpreter exits.
+everything still running is stopped when the interpreter exits. Both are about the process (a
+kernel outlives every cell), so the registry is the process's, and private to labkit's server
+modules: callers see it through ``labkit.running_servers()`` and ``labkit.stop_all()``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from urllib.parse import urlsplit
 
 from labkit.errors import PortInUseError, ServerStartError
 
-__all__ = ["ExternalServer", "ServerHandle", "bind_socket", "registry"]
+__all__ = ["ExternalServer", "ServerHandle", "bind_socket"]
 
 
 class ServerHandle(ABC):

@@ -9,7 +9,6 @@ keeps (``.stderr()``), so a failed start can quote the end of the child's stderr
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -20,8 +19,8 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
+from labkit._child_status import ChildStatus, Kind
 from labkit.errors import (
     AppStartupError,
     InvalidTargetError,
@@ -194,28 +193,16 @@ class SubprocessServer(ServerHandle):
                 raise StartTimeoutError(name=self.name, timeout=self.start_timeout)
             time.sleep(0.01)
 
-    @staticmethod
-    def _read_report(ready_file: Path) -> dict[str, Any] | None:
+    def _read_report(self, ready_file: Path) -> ChildStatus | None:
         try:
-            data: dict[str, Any] = json.loads(ready_file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        return data
+            return ChildStatus.read(ready_file)
+        except ValueError as exc:
+            raise ServerStartError(f"{self.name!r} did not start: {exc}", name=self.name) from None
 
-    def _port_from(self, report: Mapping[str, Any]) -> int:
-        status = report.get("status")
-        error = str(report.get("error", ""))
-        details = str(report.get("details", ""))
-        if status == "ready":
-            return int(report["port"])
-        if status == "port_in_use":
-            raise PortInUseError(name=self.name, host=self.host, port=self.port)
-        if status == "load_error":
-            shown = self.target.rpartition(":")[0] if ".py:" in self.target else self.target
-            raise TargetLoadError(name=self.name, target=shown, error=error, details=details)
-        if status == "startup_failed":
-            raise AppStartupError(name=self.name, error=error, details=details)
-        raise ServerStartError(error or f"{self.name!r} did not start: {report!r}", name=self.name)
+    def _port_from(self, status: ChildStatus) -> int:
+        if status.kind == "ready":
+            return status.port
+        raise _START_ERRORS[status.kind](self, status)
 
     def stop(self) -> None:
         """Stop the child (SIGTERM to its process group, SIGKILL if it lingers)."""
@@ -239,6 +226,34 @@ class SubprocessServer(ServerHandle):
         self._stdout_text = self.stdout()
         self._stderr_text = self.stderr()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _target_load_error(server: SubprocessServer, status: ChildStatus) -> ServerStartError:
+    target = server.target
+    shown = target.rpartition(":")[0] if ".py:" in target else target
+    return TargetLoadError(
+        name=server.name,
+        target=shown,
+        error=status.error,
+        details=status.details,
+        exception=status.exception,
+    )
+
+
+# What each way a child's start can fail becomes in the parent.
+_START_ERRORS: dict[Kind, Callable[[SubprocessServer, ChildStatus], ServerStartError]] = {
+    "port_in_use": lambda server, _status: PortInUseError(
+        name=server.name, host=server.host, port=server.port
+    ),
+    "load_error": _target_load_error,
+    "startup_failed": lambda server, status: AppStartupError(
+        name=server.name, error=status.error, details=status.details
+    ),
+    "bind_error": lambda server, status: ServerStartError(
+        status.error or f"{server.name!r} did not start: it could not bind its socket",
+        name=server.name,
+    ),
+}
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -40,8 +40,9 @@ _MAX_LOG_LINES = 500
 class _LogRouter(logging.Filter):
     """Diverts log records made on a server's thread to that server's ``.logs``.
 
-    Installed as a filter on uvicorn's loggers (and asyncio's): records from other threads pass
-    through untouched, so nothing changes for uvicorn used elsewhere in the process.
+    A filter on uvicorn's loggers (and asyncio's) while at least one server thread runs, and on
+    none once the last has stopped: records from other threads pass through untouched, so
+    nothing changes for uvicorn used elsewhere in the process.
     """
 
     def __init__(self) -> None:
@@ -49,19 +50,23 @@ class _LogRouter(logging.Filter):
         self._targets: dict[int, deque[str]] = {}
         self._lock = threading.Lock()
 
-    def install(self) -> None:
-        for name in _ROUTED_LOGGERS:
-            logger = logging.getLogger(name)
-            if self not in logger.filters:
-                logger.addFilter(self)
+    @property
+    def installed(self) -> bool:
+        return all(self in logging.getLogger(name).filters for name in _ROUTED_LOGGERS)
 
     def route(self, thread_id: int, lines: deque[str]) -> None:
         with self._lock:
+            if not self._targets:
+                for name in _ROUTED_LOGGERS:
+                    logging.getLogger(name).addFilter(self)
             self._targets[thread_id] = lines
 
     def unroute(self, thread_id: int) -> None:
         with self._lock:
             self._targets.pop(thread_id, None)
+            if not self._targets:
+                for name in _ROUTED_LOGGERS:
+                    logging.getLogger(name).removeFilter(self)
 
     def filter(self, record: logging.LogRecord) -> bool:
         lines = self._targets.get(record.thread or 0)
@@ -125,7 +130,6 @@ class ThreadServer(ServerHandle):
             raise RuntimeError(f"{self.name!r} was already started; make a new ThreadServer")
         sock = bind_socket(self.host, self.port, name=self.name)
         self.port = sock.getsockname()[1]
-        _router.install()
         ready = threading.Event()
         self._thread = threading.Thread(
             target=self._run, args=(sock, ready), name=f"labkit:{self.name}", daemon=True

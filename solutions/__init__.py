@@ -3,10 +3,10 @@
 * ``proxy.py``: the proxy the notebooks build part by part, over httpx. Its solution regions
   are the notebooks' own (a test keeps them identical); ``labkit student`` stubs them into the
   learner bundle's ``proxy.py``. The grader's tests grade it as "correct".
-* ``portable.py``: the same proxy around a two-method upstream client interface, built from
-  ``proxy.py``'s parts.
-* ``aiohttp_proxy.py``: ``portable`` over aiohttp, the one that meets the benchmark goals for
-  holding many streams (README, "Benchmarks").
+* ``client_seam.py``: ``proxy.py``'s route and relay served over another upstream client: the
+  little of httpx's API that the relay uses, written down, and the app around it.
+* ``aiohttp_proxy.py``: ``proxy.py`` over aiohttp (an adapter of that API), the one that meets
+  the benchmark goals for holding many streams (README, "Benchmarks").
 * ``release.py``: the release policies (validation buffers) that ``labkit``'s stream gateway
   (``labkit.make_stream_gateway``) runs inside the stream path (notebook 12).
 * ``responses_adapter.py``: OpenAI Responses events normalised into chat chunks (notebook 08).

@@ -1,10 +1,12 @@
 """The reference proxy over aiohttp: the one to deploy when a proxy must hold many streams.
 
-Same behaviour as ``solutions/proxy.py`` (it is :mod:`solutions.portable`'s relay,
-and the grader's checks pass against it); a different upstream client, chosen by measurement
-(``make bench``, README "Benchmarks"): with httpx's default pool the reference holds 100
-upstream streams, and lifting httpx's limit makes every request slower, while aiohttp held as
-many streams as the direct path on the same machine at about half the CPU per chunk.
+It is ``solutions/proxy.py`` itself, route and relay, with aiohttp in place of httpx
+(:func:`solutions.client_seam.proxy_app`): :class:`AiohttpClient` speaks the little of httpx's
+API that the relay uses and raises aiohttp's transport failures as ``httpx.HTTPError``. The
+client was chosen by measurement (``make bench``, README "Benchmarks"): with httpx's default
+pool the reference holds 100 upstream streams, and lifting httpx's limit makes every request
+slower, while aiohttp held as many streams as the direct path on the same machine at about half
+the CPU per chunk.
 
 Two of aiohttp's defaults would break a streaming proxy and are overridden here:
 
@@ -21,53 +23,84 @@ Run it: ``UPSTREAM_URL=http://127.0.0.1:8001 uvicorn solutions.aiohttp_proxy:app
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from solutions.portable import CHAT, UPSTREAM_IDLE_S, make_app, upstream_url
+from solutions.client_seam import proxy_app, transport_error
+from solutions.proxy import UPSTREAM_IDLE_S
 
 TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5.0, sock_read=UPSTREAM_IDLE_S)
+# What aiohttp raises when the transport fails (a read past ``sock_read`` is a TimeoutError).
+ERRORS = (aiohttp.ClientError, TimeoutError)
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    url: str
+    json: Any
+    headers: Any
 
 
 class AiohttpResponse:
+    """An ``aiohttp.ClientResponse`` as the relay reads an ``httpx.Response``."""
+
     def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self.response = response
-        self.status = response.status
-        self.headers: Mapping[str, str] = response.headers
+        self._response = response
+        self.status_code = response.status
+        self.headers = response.headers  # case-insensitive, like httpx's
 
-    async def lines(self) -> AsyncIterator[str]:
-        async for raw in self.response.content:  # one line per item, up to and with b"\n"
-            yield raw.decode().rstrip("\r\n")
+    async def aiter_lines(self) -> AsyncIterator[str]:
+        try:
+            async for raw in self._response.content:  # one line per item, up to and with b"\n"
+                yield raw.decode().rstrip("\r\n")
+        except ERRORS as exc:
+            raise transport_error(exc) from exc
 
-    async def read(self) -> bytes:
-        return await self.response.read()
+    async def aread(self) -> bytes:
+        try:
+            return await self._response.read()
+        except ERRORS as exc:
+            raise transport_error(exc) from exc
 
-    async def close(self) -> None:
+    async def aclose(self) -> None:
         # After the body's end aiohttp has already put the connection back in its pool and this
         # does nothing; before it, this closes the connection, which stops the generation.
-        self.response.close()
+        self._response.close()
 
 
-class AiohttpUpstream:
-    errors: tuple[type[BaseException], ...] = (aiohttp.ClientError, TimeoutError)
+class AiohttpClient:
+    """An ``aiohttp.ClientSession`` on one base URL, as the relay uses an ``httpx.AsyncClient``."""
 
     def __init__(self, session: aiohttp.ClientSession, base_url: str) -> None:
-        self.session = session
-        self.url = base_url + CHAT
+        self._session = session
+        self._base_url = base_url
 
-    async def open(self, body: dict[str, Any], headers: dict[str, str]) -> AiohttpResponse:
-        return AiohttpResponse(await self.session.post(self.url, json=body, headers=headers))
+    def build_request(
+        self, method: str, url: str, *, json: Any = None, headers: Any = None
+    ) -> Request:
+        return Request(method, self._base_url + url, json, headers)
+
+    async def send(self, request: Request, *, stream: bool = False) -> AiohttpResponse:
+        # aiohttp always streams: the body is read only when the relay asks for it.
+        try:
+            response = await self._session.request(
+                request.method, request.url, json=request.json, headers=request.headers
+            )
+        except ERRORS as exc:
+            raise transport_error(exc) from exc
+        return AiohttpResponse(response)
 
 
 @asynccontextmanager
-async def aiohttp_upstream() -> AsyncIterator[AiohttpUpstream]:
-    base_url = upstream_url()
+async def aiohttp_client(base_url: str) -> AsyncIterator[AiohttpClient]:
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector, timeout=TIMEOUT) as session:
-        yield AiohttpUpstream(session, base_url)
+        yield AiohttpClient(session, base_url)
 
 
-app = make_app(aiohttp_upstream, title="reference streaming proxy (aiohttp)")
+app = proxy_app(aiohttp_client, title="reference streaming proxy (aiohttp)")

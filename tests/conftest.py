@@ -1,4 +1,5 @@
-"""Make ``solutions`` (the instructor's proxies, not installed) importable in child processes.
+"""Fixtures for every test: ``solutions`` importable in child processes, and a guard that each
+test stops the servers it started.
 
 pytest puts the repository root on its own ``sys.path`` (``pythonpath`` in pyproject.toml);
 the proxies the tests start in child processes, and the grader's worker, find it through
@@ -15,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from labkit.handles import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,3 +53,13 @@ def loopback_reports() -> Iterator[tuple[int, list[dict[str, object]]]]:
     stop.set()
     thread.join()
     server.close()
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_running() -> Iterator[None]:
+    """Every test stops the servers it started (``labkit``'s registry is empty after it). A
+    module whose servers are module-scoped overrides this with a fixture of the same name."""
+    yield
+    leaked = registry.live()
+    registry.stop_all()
+    assert not leaked, f"servers left running: {leaked}"

@@ -1,7 +1,7 @@
 """Behaviour of the pinned libraries that a lesson depends on.
 
 If one of these fails after an upgrade, the lesson that cites it is wrong: fix the lesson,
-then the pin. The facts themselves are in ../shared/FACTS.md.
+then the pin. A comment at the top of each test names the lesson that relies on the fact.
 """
 
 from __future__ import annotations

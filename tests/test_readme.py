@@ -34,3 +34,34 @@ def test_readme_shows_the_two_commands() -> None:
     assert "make lab" in readme
     assert "make test" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def _layout_block() -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Repository layout", 1)[1]
+    return section.split("```", 2)[1]
+
+
+def test_readme_layout_names_only_files_that_exist() -> None:
+    missing = []
+    top = ROOT
+    for line in _layout_block().splitlines():
+        folder = re.match(r"^([\w.]+)/", line)
+        if folder:
+            top = ROOT / folder.group(1)
+            assert top.is_dir(), f"README's layout names {folder.group(1)}/, which is not here"
+        for name in re.findall(r"\b([\w]+\.py)\b", line):
+            if not any(top.rglob(name)):
+                missing.append(f"{top.name}/.../{name}")
+    assert not missing, f"README's layout names modules that do not exist: {missing}"
+
+
+def test_readme_layout_lists_every_module_of_labkit_solutions_and_bench() -> None:
+    listed = set(re.findall(r"\b(\w+\.py)\b", _layout_block()))
+    unlisted = [
+        f"{path.parent.name}/{path.name}"
+        for folder in ("labkit", "solutions", "bench")
+        for path in sorted((ROOT / folder).glob("*.py"))
+        if path.name not in listed and path.name not in ("__init__.py", "__main__.py")
+    ]
+    assert not unlisted, f"add these to the README's layout, with what each is for: {unlisted}"

@@ -1,7 +1,8 @@
 """The catalogue: every check with its stable id, its time budget and the step that teaches it.
 
-Ids are part of the public contract (DESIGN.md): ``labkit grade --json`` reports by them and
-the notebooks ask for them. The order here is the order of every report.
+Ids are part of the public contract (README, "The submission contract"): ``labkit grade
+--json`` reports by them and the notebooks ask for them. The order here is the order of every
+report.
 
 Lanes say what may run side by side. Checks in one lane run one after another; lanes run at the
 same time. The grader gives every lane its own proxy process, so a blocked event loop or a

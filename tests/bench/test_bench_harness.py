@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -28,6 +29,14 @@ def test_percentile_interpolates_between_ranks() -> None:
 def test_percentile_rejects_a_quantile_outside_zero_to_one() -> None:
     with pytest.raises(ValueError, match="between 0 and 1"):
         stats.percentile([1.0], 50)
+
+
+def test_interval_errors_measure_each_gap_against_the_schedule_of_its_tokens() -> None:
+    # 20 tokens/s: one token is due 50 ms after the last, three tokens 150 ms after
+    frames = [(0.0, 1), (0.050, 2), (0.230, 5), (0.240, 6)]
+    errors = stats.interval_errors(frames, tps=20.0)
+    assert errors == pytest.approx([0.0, 0.030, 0.040])
+    assert stats.interval_errors(frames[:1], tps=20.0) == []
 
 
 def test_chunks_spaced_at_the_upstream_interval_are_not_batched() -> None:
@@ -130,6 +139,16 @@ def test_select_always_puts_direct_first_and_rejects_unknown_names() -> None:
         configs.select(["squid"], quick=False)
 
 
+def test_every_kind_of_configuration_has_its_launcher() -> None:
+    assert set(configs.LAUNCHERS) == set(get_args(configs.Kind))
+    direct = configs.select(None, quick=True)[0]
+    assert direct.launcher.unavailable(direct) is None
+    upstream = configs.Server("mock", "http://127.0.0.1:1", 1, pid=None)
+    assert direct.start(upstream).url == upstream.url  # the direct path starts nothing
+    for config in configs.CONFIGS:
+        assert config.launcher is configs.LAUNCHERS[config.kind]
+
+
 @pytest.mark.slow
 def test_loadgen_measures_a_small_steady_run_against_the_mock() -> None:
     mock = configs.start_mock(ttft_ms=10, tps=50.0, tokens=10)
@@ -162,6 +181,26 @@ def test_loadgen_measures_a_small_steady_run_against_the_mock() -> None:
     assert 0.0 < min(result["ttft_s"]) < 5.0
     assert 0.0 < stats.percentile(result["gaps_s"], 0.5) < 1.0
     assert not stats.is_batched(result["gaps_s"], interval=1 / 50)
+
+
+@pytest.mark.slow
+def test_a_staggered_burst_counts_tokens_and_measures_interval_errors() -> None:
+    mock = configs.start_mock(ttft_ms=0, tps=20.0, tokens=10)
+    try:
+        spec = {
+            **runner.spec_for(mock, "burst", streams=4, stagger_s=0.4),
+            "count_tokens": True,
+            "tps": 20.0,
+            "stream_timeout_s": 10,
+        }
+        result = runner.loadgen(spec, timeout=30)
+    finally:
+        mock.stop()
+    assert result["completed"] == 4, result["errors"]
+    # 10 tokens a stream, in frames of one or more: at most 9 gaps each, and some
+    assert 4 <= len(result["interval_errors_s"]) <= 36
+    # wide sanity only: a gap 1 s off the mock's 50 ms schedule would be a broken measure
+    assert stats.percentile(result["interval_errors_s"], 0.5) < 1.0
 
 
 def test_burst_rounds_pool_their_streams_and_add_their_counts() -> None:

@@ -1,5 +1,5 @@
 """Fixtures for the checks, the reference proxy and the grader: a mock upstream and the reference
-served on real sockets, and a guard that every test stops what it started."""
+served on real sockets (``tests/conftest.py`` checks that every test stops what it started)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from labkit import serve
-from labkit.handles import ServerHandle, registry
+from labkit.handles import ServerHandle
 from mock_upstream import create_app
 from solutions import proxy as reference
 
@@ -34,11 +34,3 @@ def reference_proxy(
     monkeypatch.setenv("USAGE_LOG", str(usage_log))
     with serve(reference.app, name="reference-proxy") as server:
         yield server
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_running() -> Iterator[None]:
-    yield
-    leaked = registry.live()
-    registry.stop_all()
-    assert not leaked, f"servers left running: {leaked}"

@@ -1,4 +1,5 @@
-"""Fixtures for labkit's core tests, and a guard that every test leaves nothing running."""
+"""Fixtures for labkit's core tests, and a stricter guard than ``tests/conftest.py``'s: every
+test leaves no server, no server thread and no listening socket behind."""
 
 from __future__ import annotations
 

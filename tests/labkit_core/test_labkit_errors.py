@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
+import re
 
 import pytest
 
+import labkit
 import labkit.errors as errors
 from labkit.errors import (
     AppStartupError,
@@ -100,6 +104,40 @@ def test_hierarchy_matches_the_docstring() -> None:
     doc = errors.__doc__ or ""
     for name in errors.__all__:
         assert name in doc, f"{name} is missing from the hierarchy drawn in the docstring"
+
+
+def _drawn_parents() -> dict[str, str]:
+    """Each class in the docstring's drawing and the class it is drawn under."""
+    parents: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []
+    for line in (errors.__doc__ or "").splitlines():
+        found = re.match(r"^(\s*)(?:[│ ]*[├└]── )?([A-Z]\w+(?:Error|Exceeded))\s", line)
+        if not found or ("──" not in line and found.group(2) != "LabkitError"):
+            continue
+        depth = line.find(found.group(2))
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        if stack:
+            parents[found.group(2)] = stack[-1][1]
+        stack.append((depth, found.group(2)))
+    return parents
+
+
+def _subclasses(cls: type) -> set[type]:
+    found = set(cls.__subclasses__())
+    return found.union(*(_subclasses(sub) for sub in found))
+
+
+def test_the_drawing_shows_every_labkit_error_class_under_its_parent() -> None:
+    for module in pkgutil.walk_packages(labkit.__path__, "labkit."):
+        importlib.import_module(module.name)  # classes defined outside errors.py too
+    drawn = _drawn_parents()
+    real = {
+        cls.__name__: next(b for b in cls.__mro__[1:] if issubclass(b, LabkitError)).__name__
+        for cls in _subclasses(LabkitError)
+        if cls.__module__.startswith("labkit.")
+    }
+    assert drawn == real
 
 
 def test_external_server_url_message_is_pinned() -> None:

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import inspect
+import json
+import re
+from pathlib import Path
+from types import ModuleType
 
 import labkit
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+# `from labkit... import (a, b)` over several lines, or `from labkit... import a, b`.
+IMPORT = re.compile(r"^from labkit[\w.]* import (?:\(([^)]*)\)|(.*)$)", re.M)
 
 
 def test_all_is_sorted_and_every_name_exists() -> None:
@@ -12,6 +20,28 @@ def test_all_is_sorted_and_every_name_exists() -> None:
     assert len(set(labkit.__all__)) == len(labkit.__all__)
     for name in labkit.__all__:
         assert hasattr(labkit, name), name
+
+
+def test_every_public_name_of_the_package_is_in_all() -> None:
+    # httpx's test_exported_members: a name reachable as labkit.X is either in __all__ or
+    # private. Submodules are the exception: they are how the names get here.
+    public = {
+        name
+        for name, value in vars(labkit).items()
+        if not name.startswith("_") and not isinstance(value, ModuleType)
+    }
+    assert public == set(labkit.__all__)
+
+
+def test_every_name_a_notebook_imports_from_a_labkit_module_is_in_all() -> None:
+    imported: set[str] = set()
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"]) if cell["cell_type"] == "code" else ""
+            for group, line in IMPORT.findall(source):
+                imported |= {n for n in re.split(r"[\s,]+", group or line) if n.isidentifier()}
+    assert {"check_proxy", "serve", "start_nginx"} <= imported, "IMPORT is out of date"
+    assert sorted(imported - set(labkit.__all__)) == []
 
 
 def test_contract_signatures() -> None:

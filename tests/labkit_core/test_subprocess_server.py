@@ -96,6 +96,7 @@ def test_a_syntax_error_is_reported_plainly(tmp_path: Path) -> None:
     with pytest.raises(TargetLoadError) as info:
         serve_subprocess("proxy.py", name="typo", cwd=tmp_path)
     assert info.value.error.startswith("SyntaxError: ")
+    assert info.value.exception == "SyntaxError"  # the child's typed status says which class
     assert "proxy.py, line 2" in info.value.error
     assert str(info.value).startswith("'typo' did not start: could not load ")
     assert running_servers() == []
@@ -106,6 +107,21 @@ def test_an_import_error_is_reported_plainly(tmp_path: Path) -> None:
     with pytest.raises(TargetLoadError) as info:
         serve_subprocess("proxy.py", cwd=tmp_path)
     assert info.value.error == "ModuleNotFoundError: No module named 'no_such_module_here'"
+    assert info.value.exception == "ModuleNotFoundError"
+
+
+def test_every_way_a_child_can_fail_to_start_has_its_error_class(tmp_path: Path) -> None:
+    from labkit import subprocess_server
+    from labkit._child_status import KINDS, ChildStatus
+
+    assert set(subprocess_server._START_ERRORS) == KINDS - {"ready"}
+    path = tmp_path / "ready.json"
+    ChildStatus("load_error", error="E: x", exception="E", details="tb").write(path)
+    assert ChildStatus.read(path) == ChildStatus("load_error", 0, 0, "E: x", "E", "tb")
+    path.write_text('{"status": "ready", "port": 1}')  # not a status: another program's file
+    with pytest.raises(ValueError, match="not a child status"):
+        ChildStatus.read(path)
+    assert ChildStatus.read(tmp_path / "not-written-yet.json") is None
 
 
 def test_a_file_without_app_says_what_to_define(tmp_path: Path) -> None:

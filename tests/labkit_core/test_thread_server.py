@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -174,6 +175,21 @@ def test_app_errors_go_to_the_handle_logs_not_stderr(capfd: pytest.CaptureFixtur
     out, err = capfd.readouterr()
     assert out == ""
     assert err == ""
+
+
+def _routers(logger: str) -> list[object]:
+    return [f for f in logging.getLogger(logger).filters if type(f).__name__ == "_LogRouter"]
+
+
+def test_uvicorn_logs_are_diverted_only_while_a_server_thread_runs() -> None:
+    # The filter that keeps server logs off stderr is process-wide state on global loggers:
+    # it is there while a server thread runs and gone after the last one stops.
+    assert _routers("uvicorn.error") == []
+    with serve(hello_app(), name="log-scope-a"), serve(hello_app(), name="log-scope-b") as b:
+        assert len(_routers("uvicorn.error")) == 1 and len(_routers("asyncio")) == 1
+        b.stop()
+        assert len(_routers("uvicorn.error")) == 1  # "a" still runs
+    assert _routers("uvicorn.error") == [] and _routers("asyncio") == []
 
 
 def test_stop_all_stops_everything_this_process_started() -> None:

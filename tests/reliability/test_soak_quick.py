@@ -1,6 +1,7 @@
 """A quick soak in `make test`: 300 mixed streams, 50 at a time, then nothing may have leaked.
 
-The full soak (a few thousand streams) is ``python bench/soak.py``; this runs the same code.
+The full soak (a few thousand streams) is ``python -m bench soak`` (``soak.py`` beside this);
+this runs the same code.
 Regression: Bug: the reference cancelled its upstream reader after ``[DONE]`` while it read the
 body's last bytes, which left every finished stream's connection checked out of httpx's pool;
 after 100 streams each new request waited 10 s for a connection and got a 502. Fix: after a
@@ -9,29 +10,13 @@ normal end the reader finishes by itself (bounded by ``READER_GRACE_S``).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
+import soak
 
 pytestmark = pytest.mark.slow
 
-SOAK_FILE = Path(__file__).resolve().parents[2] / "bench" / "soak.py"
-
-
-def load_soak() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_soak", SOAK_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_soak"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_quick_soak_leaks_nothing() -> None:
-    soak = load_soak()
     report = soak.run_soak(streams=300, concurrency=50, max_seconds=60.0, warmup=60)
     summary = report.to_json()
     assert report.streams == 300, summary

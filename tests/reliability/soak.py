@@ -1,6 +1,7 @@
 """Soak the reference proxy with mixed streams and check nothing leaks.
 
-``python bench/soak.py [--streams 3000] [--concurrency 50] [--max-seconds 240]``
+``python -m bench soak [--streams 3000] [--concurrency 50] [--max-seconds 240]`` (which runs
+``python tests/reliability/soak.py``: it lives beside the reliability tests it belongs to)
 
 * the mock upstream and the reference proxy each run in a child process on 127.0.0.1; the proxy
   is served through :data:`instrumented_app`, which answers ``GET /__soak/stats`` (asyncio
@@ -12,7 +13,7 @@
   threads and resident memory (psutil); the report says each one's change and its tolerance.
   Every request must leave exactly one usage line with the outcome its kind expects.
 
-The quick version (300 streams) runs in ``make test`` (tests/reliability/test_soak_quick.py);
+The quick version (300 streams) runs in ``make test`` (``test_soak_quick.py`` beside this);
 the full one writes ``bench/results/soak-*.json``. Only 127.0.0.1 is ever contacted.
 """
 
@@ -42,7 +43,7 @@ from solutions.proxy import app as reference_app
 STATS_PATH = "/__soak/stats"
 GC_PATH = "/__soak/gc"  # a full garbage collection, then the stats
 CHAT = "/v1/chat/completions"
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 MOCK_TARGET = "labkit.grading.upstream_app:app"
 
 # Tolerances, after the proxy has settled: a warm-up round fills httpx's pool (up to 20 kept-alive
@@ -343,7 +344,7 @@ def run_soak(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python bench/soak.py", description=__doc__.split("\n")[0]
+        prog="python -m bench soak", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--streams", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=50)
@@ -354,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     data = report.to_json()
     print(json.dumps(data, indent=2))
     if not args.no_save:
-        RESULTS.mkdir(exist_ok=True)
+        RESULTS.mkdir(parents=True, exist_ok=True)
         out = RESULTS / f"soak-{time.strftime('%Y%m%d-%H%M%S')}.json"
         out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
         print(f"written to {out}", file=sys.stderr)

@@ -1,0 +1,51 @@
+"""What a server's child process tells its parent about its start: one typed status in a file.
+
+The child (``labkit._serve_child``) writes exactly one :class:`ChildStatus` to the ready file the
+parent named, whole and then renamed into place, so the parent never reads half of one. Its
+``kind`` says how the start went; the parent (``labkit.subprocess_server``) turns every kind but
+``ready`` into the matching error class of ``labkit.errors``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+__all__ = ["ChildStatus", "Kind"]
+
+Kind = Literal["ready", "load_error", "port_in_use", "bind_error", "startup_failed"]
+KINDS: frozenset[str] = frozenset(get_args(Kind))
+
+
+@dataclass(frozen=True)
+class ChildStatus:
+    """``ready`` (with ``port`` and ``pid``), or why the child could not get that far."""
+
+    kind: Kind
+    port: int = 0
+    pid: int = 0
+    error: str = ""  # one line, e.g. "SyntaxError: invalid syntax (proxy.py, line 3)"
+    exception: str = ""  # the class name of what the target raised, for "load_error"
+    details: str = ""  # the traceback, when there is one
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        tmp = f"{os.fspath(path)}.tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(asdict(self), fh)
+        os.replace(tmp, path)
+
+    @classmethod
+    def read(cls, path: Path) -> ChildStatus | None:
+        """The status in ``path``, None while the child has not written one. Raises
+        ``ValueError`` for a file that is not a status (another program wrote it)."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        if not isinstance(data, dict) or data.get("kind") not in KINDS:
+            raise ValueError(f"not a child status: {data!r}")
+        fields = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        return cls(**fields)
