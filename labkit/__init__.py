@@ -6,7 +6,8 @@ submodules' own paths (``labkit.checks``, ``labkit.nginx``) keep working for old
 """
 
 from labkit.capture import Capture, Chunk, Comment, Event, acapture_stream, capture_stream
-from labkit.chat import chat_page
+from labkit.chat import chat_page, machine_source
+from labkit.chat.browser import BrowserUnavailableError, ChatBrowser, browser_problem
 from labkit.checks import CheckResult, arun_checks, run_checks
 from labkit.errors import (
     AppStartupError,
@@ -31,6 +32,7 @@ from labkit.proxy_file import (
     load_proxy,
     write_part,
 )
+from labkit.regions import unwritten
 from labkit.servers import (
     running_servers,
     serve,
@@ -45,8 +47,10 @@ from labkit.upstream import MockUpstream
 
 __all__ = [
     "AppStartupError",
+    "BrowserUnavailableError",
     "Capture",
     "CaptureError",
+    "ChatBrowser",
     "CheckResult",
     "Chunk",
     "Comment",
@@ -69,6 +73,7 @@ __all__ = [
     "ThreadServer",
     "acapture_stream",
     "arun_checks",
+    "browser_problem",
     "capture_stream",
     "chat_page",
     "check_proxy",
@@ -76,6 +81,7 @@ __all__ = [
     "find_proxy",
     "load_ipython_extension",
     "load_proxy",
+    "machine_source",
     "make_stream_gateway",
     "nginx_version",
     "plot_cancellation",
@@ -88,5 +94,6 @@ __all__ = [
     "start_mock_upstream",
     "start_nginx",
     "stop_all",
+    "unwritten",
     "write_part",
 ]

@@ -20,8 +20,9 @@ The hierarchy (classes defined in another module say which)::
     ├── UsageError                   a command line that cannot be done; exit code 2 (cli)
     ├── GradingError                 grading could not be set up (grading.roster)
     ├── RubricError                  a rubric file that cannot be used (grading.rubric)
-    └── MergeError                   shard folders that do not add up to one class
-                                     (grading.class_results)
+    ├── MergeError                   shard folders that do not add up to one class
+    │                                (grading.class_results)
+    └── BrowserUnavailableError      no headless Chromium can run here (chat.browser)
 
 Each message says what was expected, what happened instead and what to do. The constructors
 of the classes here take the facts and build the message, so the wording lives here and a test
