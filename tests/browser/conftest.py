@@ -27,7 +27,7 @@ def browser() -> Iterator[ChatBrowser]:
         yield chromium
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # stopped with its module: later test folders see none
 def upstream() -> Iterator[ThreadServer]:
     with serve(create_app(), name="browser-mock") as server:
         yield server
@@ -38,7 +38,7 @@ def mock(upstream: ThreadServer) -> MockUpstream:
     return MockUpstream(upstream.url)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def proxy(upstream: ThreadServer) -> Iterator[ThreadServer]:
     with serve_with_page(REFERENCE_PROXY, upstream.url, "browser-proxy") as server:
         yield server
@@ -51,8 +51,8 @@ def page_url(proxy: ThreadServer) -> str:
 
 @pytest.fixture(autouse=True)
 def nothing_left_running() -> Iterator[None]:
-    """The session's mock and proxy stay up between tests (starting Chromium's page server per
-    test would double the run); a test's own servers are still stopped and reported."""
+    """The module's mock and proxy stay up between its tests (starting them per test would
+    double the run); a test's own servers are still stopped and reported."""
     shared = {"browser-mock", "browser-proxy"}
     yield
     leaked = [s for s in registry.live() if s.name not in shared]
