@@ -172,16 +172,19 @@ def problem_from(exc: BaseException, file_name: str) -> Problem:
         )
     if isinstance(exc, TargetLoadError):
         error = exc.error
-        if error.startswith(("SyntaxError", "IndentationError", "TabError")):
+        # what loading raised, by class name (the child reports it; older reports only say it
+        # first in the error text)
+        raised = exc.exception or error.split(":", 1)[0]
+        if raised in ("SyntaxError", "IndentationError", "TabError"):
             kind = "syntax_error"
             message = f"{file_name} has a syntax error: {error}. {AGAIN}"
-        elif error.startswith(("ModuleNotFoundError", "ImportError")):
+        elif raised in ("ModuleNotFoundError", "ImportError"):
             kind = "import_error"
             message = (
                 f"{file_name} could not be imported: {error}. Use only the packages the lab "
                 f"installs (fastapi, starlette, httpx, ...). {AGAIN}"
             )
-        elif error.startswith("AttributeError") and "module-level" in error:
+        elif raised == "AttributeError" and "module-level" in error:
             kind = "no_app"
             message = (
                 f"{file_name} defines no module-level `app`: the grader serves `app` "
