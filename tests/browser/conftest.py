@@ -14,7 +14,6 @@ from browser_support import REFERENCE_PROXY, serve_with_page
 
 from labkit import MockUpstream, ThreadServer, serve
 from labkit.chat.browser import ChatBrowser, browser_problem
-from labkit.handles import registry
 from mock_upstream import create_app
 
 
@@ -47,15 +46,3 @@ def proxy(upstream: ThreadServer) -> Iterator[ThreadServer]:
 @pytest.fixture
 def page_url(proxy: ThreadServer) -> str:
     return proxy.url + "/chat/"
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_running() -> Iterator[None]:
-    """The module's mock and proxy stay up between its tests (starting them per test would
-    double the run); a test's own servers are still stopped and reported."""
-    shared = {"browser-mock", "browser-proxy"}
-    yield
-    leaked = [s for s in registry.live() if s.name not in shared]
-    for server in leaked:
-        server.stop()
-    assert not leaked, f"servers left running: {leaked}"

