@@ -108,7 +108,9 @@ def test_hostile_acts_are_stopped_and_the_honest_classmate_is_unaffected(
     reports_by_name = {r.name: r for r in grade_many(submissions, Rubric(), only=ONLY)}
 
     assert reports_by_name["classmate"].score == reports_by_name["classmate"].max_score
-    assert reports_by_name["hostile"].score == reports_by_name["hostile"].max_score  # correct
+    hostile = reports_by_name["hostile"]
+    # correct code: full marks (seen at 0 now and then; the report says why when it happens)
+    assert hostile.score == hostile.max_score, str(hostile.to_json())[:3000]
     hog = reports_by_name["hog"]
     assert hog.score == 0 and hog.problem is not None
     assert hog.problem.kind == "memory_limit", hog.problem
