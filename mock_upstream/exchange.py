@@ -44,9 +44,6 @@ from mock_upstream.stream import (
     vllm_reason,
 )
 
-#: Answers up to this long are planned on the event loop (a few ms); longer ones on a thread.
-PLAN_INLINE_TOKENS = 20_000
-
 
 @dataclass(frozen=True)
 class Parsed:
@@ -76,15 +73,6 @@ class MockState:
 
     defaults: Scenario
     recorder: Recorder
-
-
-async def _plan(prompt: Prompt, scenario: Scenario, api: ApiSpec) -> Plan:
-    """The answer's plan. A long one takes seconds to cut into chunks (400,000 tokens: about
-    2 s here), so it is made on a worker thread: the event loop keeps serving every other
-    request, and the grader's polls of /debug/requests, meanwhile."""
-    if scenario.tokens <= PLAN_INLINE_TOKENS:
-        return build_plan(prompt, scenario, call_id_prefix=api.call_id_prefix)
-    return await asyncio.to_thread(build_plan, prompt, scenario, call_id_prefix=api.call_id_prefix)
 
 
 #: How the error for a key sent to the wrong route names the route that has it.
@@ -134,7 +122,7 @@ async def answer(request: Request, api: ApiSpec) -> Response:
         recorder.finish(record, "errored", completion_tokens=0)
         raise status_error(scenario.status, scenario.retry_after)
 
-    plan = await _plan(parsed.prompt, scenario, api)
+    plan = build_plan(parsed.prompt, scenario, call_id_prefix=api.call_id_prefix)  # text: lazy
     every_s = None if scenario.comment_every_ms is None else scenario.comment_every_ms / 1000.0
     clock = Clock(scenario.ttft_ms / 1000.0, scenario.tps, start=arrived, comment_every_s=every_s)
     events = play(plan, clock, faults_for(scenario))

@@ -213,7 +213,7 @@ async def play(plan: Plan, clock: Clock, faults: list[Fault]) -> AsyncGenerator[
             return
     yield Opened()
     started: set[int] = set()
-    for index, n, chunk in plan.steps():
+    for index, chunk, last in plan.steps():
         part = plan.parts[index]
         for piece in _pieces(chunk, sent, cuts):
             for event in await due():
@@ -227,7 +227,7 @@ async def play(plan: Plan, clock: Clock, faults: list[Fault]) -> AsyncGenerator[
                 yield comment
             sent += len(piece.tokens)
             yield Delta(index, part, piece.text, len(piece.tokens))
-        if n == len(part.chunks) - 1:
+        if last:
             yield PartStopped(index, part)
     for event in await due():
         yield event

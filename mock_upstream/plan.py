@@ -2,7 +2,9 @@
 
 Each API module turns its request body into a :class:`Prompt`; :func:`build_plan` turns a
 prompt and a scenario into a :class:`Plan`: a list of parts (one text part, or one part per
-tool call), each cut into chunks of one to three tokens.
+tool call), each cut into chunks of one to three tokens. Everything is decided up front (how
+many tokens, why the answer ends, the tool calls' arguments) but the words of a text part,
+which :class:`Prose` makes as they are sent: the same words, at no cost before the first byte.
 
 Tool calls: when the request offers tools and does not forbid them (``tool_choice`` "none"),
 the mock calls tools instead of writing text. A choice that names one tool calls that tool;
@@ -19,12 +21,20 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from itertools import islice
+from typing import Any, Literal, NamedTuple
 
 from mock_upstream.ids import new_id
 from mock_upstream.scenario import Scenario
-from mock_upstream.text import chunk_sizes, filler_tokens, phrase, prose_tokens, rng_for
+from mock_upstream.text import (
+    chunk_sizes,
+    filler_tokens,
+    iter_chunk_sizes,
+    iter_prose_tokens,
+    phrase,
+    rng_for,
+)
 from mock_upstream.tokenizer import count_tokens, tokenize
 
 FinishReason = Literal["stop", "length", "tool_calls", "refusal"]
@@ -55,9 +65,9 @@ class Prompt:
         return count_tokens(self.text)
 
 
-@dataclass(frozen=True)
-class Chunk:
-    """Tokens sent together in one frame."""
+class Chunk(NamedTuple):
+    """Tokens sent together in one frame. (A named tuple: a long answer has hundreds of
+    thousands of them, made before its first byte, and a tuple is made fastest.)"""
 
     tokens: tuple[str, ...]
 
@@ -67,12 +77,41 @@ class Chunk:
 
 
 @dataclass(frozen=True)
+class Prose:
+    """The chunks of a text part, made as they are sent, so a long answer starts at once (the
+    backpressure check asks for 400,000 tokens; made whole, they took about a second here).
+
+    ``count`` tokens of the answer (``filler`` of them blank) are cut into chunks; ``limit``
+    of them are sent (fewer when ``max_tokens`` cuts the answer short). A shorter limit sends a
+    prefix of the same chunks, the last one cut, as a whole plan cut by ``max_tokens`` did."""
+
+    prompt: str
+    seed: int  # the words'
+    chunk_seed: int  # the chunk sizes'
+    count: int
+    limit: int
+    filler: int = 0
+    salt: str = ""
+
+    def tokens(self) -> Iterator[str]:
+        filler = min(self.filler, max(self.count - 2, 0))
+        yield from filler_tokens(filler)
+        yield from iter_prose_tokens(self.prompt, self.seed, self.count - filler)
+
+    def __iter__(self) -> Iterator[Chunk]:
+        tokens = self.tokens()
+        for size in iter_chunk_sizes(self.prompt + self.salt, self.chunk_seed, self.limit):
+            yield Chunk(tuple(islice(tokens, size)))
+
+
+@dataclass(frozen=True)
 class Part:
     """One piece of output: text, one tool call (whose chunks are its JSON arguments), or an
-    extended-thinking block (Anthropic; ``thinking_tokens``)."""
+    extended-thinking block (Anthropic; ``thinking_tokens``). Text and thinking are
+    :class:`Prose`, made as they are sent; a tool call's few chunks are made at once."""
 
     kind: Literal["text", "tool_call", "thinking"]
-    chunks: tuple[Chunk, ...]
+    chunks: tuple[Chunk, ...] | Prose
     name: str = ""
     call_id: str = ""
     tool_index: int = 0
@@ -83,6 +122,8 @@ class Part:
 
     @property
     def token_count(self) -> int:
+        if isinstance(self.chunks, Prose):
+            return self.chunks.limit
         return sum(len(c.tokens) for c in self.chunks)
 
 
@@ -100,19 +141,24 @@ class Plan:
     def completion_tokens(self) -> int:
         return sum(p.token_count for p in self.parts)
 
-    def steps(self) -> Iterator[tuple[int, int, Chunk]]:
-        """``(part index, chunk number within the part, chunk)`` in the order they are sent
+    def steps(self) -> Iterator[tuple[int, Chunk, bool]]:
+        """``(part index, chunk, whether it is the part's last)`` in the order they are sent
         (lazily: a long answer has hundreds of thousands of chunks)."""
         if not self.interleave:
             for i, part in enumerate(self.parts):
-                for n, chunk in enumerate(part.chunks):
-                    yield i, n, chunk
+                chunks = iter(part.chunks)
+                chunk = next(chunks, None)
+                while chunk is not None:
+                    following = next(chunks, None)
+                    yield i, chunk, following is None
+                    chunk = following
             return
-        longest = max((len(p.chunks) for p in self.parts), default=0)
+        calls = [p.chunks for p in self.parts if isinstance(p.chunks, tuple)]
+        longest = max((len(c) for c in calls), default=0)
         for n in range(longest):
-            for i, part in enumerate(self.parts):
-                if n < len(part.chunks):
-                    yield i, n, part.chunks[n]
+            for i, call in enumerate(calls):
+                if n < len(call):
+                    yield i, call[n], n == len(call) - 1
 
 
 def _chunked(tokens: Sequence[str], prompt: str, seed: int, salt: str) -> tuple[Chunk, ...]:
@@ -170,21 +216,25 @@ def _truncate(parts: list[Part], limit: int) -> list[Part]:
     for part in parts:
         if left <= 0:
             break
+        if isinstance(part.chunks, Prose):
+            cut = min(part.chunks.limit, left)
+            kept.append(replace(part, chunks=replace(part.chunks, limit=cut)))
+            left -= cut
+            continue
         chunks: list[Chunk] = []
         for chunk in part.chunks:
             if left <= 0:
                 break
             chunks.append(Chunk(chunk.tokens[:left]))
             left -= len(chunks[-1].tokens)
-        kept.append(Part(part.kind, tuple(chunks), part.name, part.call_id, part.tool_index))
+        kept.append(replace(part, chunks=tuple(chunks)))
     return kept
 
 
-def _text_tokens(prompt: Prompt, seed: int, count: int, filler: int) -> list[str]:
+def _text(prompt: Prompt, seed: int, count: int, filler: int, salt: str) -> Prose:
     """``count`` tokens of text, the first ``filler`` of them empty; at least two are prose (a
     word and its full stop), so the answer always says something."""
-    filler = min(filler, max(count - 2, 0))
-    return filler_tokens(filler) + prose_tokens(prompt.text, seed, count - filler)
+    return Prose(prompt.text, seed, seed, count, count, filler, salt)
 
 
 def build_plan(prompt: Prompt, scenario: Scenario, *, call_id_prefix: str = "call_") -> Plan:
@@ -200,14 +250,14 @@ def build_plan(prompt: Prompt, scenario: Scenario, *, call_id_prefix: str = "cal
         chunks = _chunked(tokenize(arguments), prompt.text, seed, f"tool:{index}")
         parts.append(Part("tool_call", chunks, tool.name, new_id(call_id_prefix), index))
     if not parts:
-        tokens = _text_tokens(prompt, seed, scenario.tokens, scenario.filler_tokens)
-        parts.append(Part("text", _chunked(tokens, prompt.text, seed, "")))
+        parts.append(Part("text", _text(prompt, seed, scenario.tokens, scenario.filler_tokens, "")))
     elif scenario.preamble_tokens:
-        tokens = _text_tokens(prompt, seed, scenario.preamble_tokens, scenario.filler_tokens)
-        parts.insert(0, Part("text", _chunked(tokens, prompt.text, seed, "preamble")))
+        preamble = _text(prompt, seed, scenario.preamble_tokens, scenario.filler_tokens, "preamble")
+        parts.insert(0, Part("text", preamble))
     if scenario.thinking_tokens:
-        thoughts = prose_tokens(prompt.text, seed + 1, scenario.thinking_tokens)
-        parts.insert(0, Part("thinking", _chunked(thoughts, prompt.text, seed, "thinking")))
+        count = scenario.thinking_tokens
+        thoughts = Prose(prompt.text, seed + 1, seed, count, count, salt="thinking")
+        parts.insert(0, Part("thinking", thoughts))
     calls = any(p.kind == "tool_call" for p in parts)
     finish: FinishReason = "tool_calls" if calls else "stop"
     total = sum(p.token_count for p in parts)

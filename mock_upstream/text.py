@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Iterator
 from typing import Final
 
 from mock_upstream.tokenizer import tokenize
@@ -103,30 +104,55 @@ def phrase(rng: random.Random) -> str:
     return f"{rng.choice(_SUBJECTS)} {rng.choice(_VERBS)} {rng.choice(_OBJECTS)}"
 
 
+def _sentences(prompt: str, seed: int) -> Iterator[str]:
+    """Sentence after sentence, each with what goes before it (nothing, a space, or a blank line
+    when a paragraph of three to six sentences is full); endless."""
+    rng = rng_for(prompt, seed)
+    paragraph_length = rng.randint(*_SENTENCES_PER_PARAGRAPH)
+    in_paragraph = 0
+    before = ""
+    while True:
+        if in_paragraph >= paragraph_length:
+            paragraph_length = rng.randint(*_SENTENCES_PER_PARAGRAPH)
+            in_paragraph = 0
+            before = "\n\n"
+        yield before + sentence(rng)
+        in_paragraph += 1
+        before = " "
+
+
+def iter_prose_tokens(prompt: str, seed: int, count: int) -> Iterator[str]:
+    """:func:`prose_tokens`, made as they are taken: a 400,000-token answer starts at once.
+
+    Every sentence starts and ends on a token boundary of the whole text (it ends in a full
+    stop; the space or blank line before it goes with it), so tokenizing it alone gives the
+    whole text's tokens, and only the last two sentences are needed to decide the ending."""
+    if count <= 0:
+        return
+    made = 0
+    previous: list[str] = []
+    for line in _sentences(prompt, seed):
+        tokens = tokenize(line)
+        if made + len(tokens) < count:
+            yield from tokens
+            made += len(tokens)
+            previous = tokens
+            continue
+        last = tokens[: count - made]
+        ended = [*previous, *last[:-1], "."]
+        if tokenize("".join(ended)) == ended:  # the full stop stays a token of its own
+            last = ended[len(previous) :]
+        yield from last
+        return
+
+
 def prose_tokens(prompt: str, seed: int, count: int) -> list[str]:
     """Exactly ``count`` tokens of prose, ending with a full stop where that keeps the count.
 
     The result is what :func:`~mock_upstream.tokenizer.tokenize` gives for its own join, so
     usage counted from the text always matches the number of tokens streamed.
     """
-    if count <= 0:
-        return []
-    rng = rng_for(prompt, seed)
-    paragraphs: list[list[str]] = [[]]
-    paragraph_length = rng.randint(*_SENTENCES_PER_PARAGRAPH)
-    written = 0
-    while written <= count:
-        if len(paragraphs[-1]) >= paragraph_length:
-            paragraphs.append([])
-            paragraph_length = rng.randint(*_SENTENCES_PER_PARAGRAPH)
-        line = sentence(rng)
-        paragraphs[-1].append(line)
-        written += len(tokenize(line))
-    tokens = tokenize("\n\n".join(" ".join(p) for p in paragraphs))[:count]
-    ended = [*tokens[:-1], "."]
-    if tokenize("".join(ended)) == ended:
-        return ended
-    return tokenize("".join(tokens))
+    return list(iter_prose_tokens(prompt, seed, count))
 
 
 #: What ``filler_tokens`` opens an answer with, in turn: blank lines, spaces and ellipses,
@@ -144,13 +170,21 @@ def filler_tokens(count: int) -> list[str]:
     return tokens
 
 
-def chunk_sizes(prompt: str, seed: int, total: int) -> list[int]:
-    """How many tokens each streamed chunk carries: mostly 1, often 2, sometimes 3."""
+def iter_chunk_sizes(prompt: str, seed: int, total: int) -> Iterator[int]:
+    """How many tokens each streamed chunk carries (mostly 1, often 2, sometimes 3), adding up
+    to ``total``; made as they are taken."""
     rng = rng_for(prompt, seed, salt="chunks")
-    sizes: list[int] = []
     left = total
     while left > 0:
-        size = min(left, rng.choices((1, 2, 3), weights=(6, 3, 1))[0])
-        sizes.append(size)
-        left -= size
-    return sizes
+        # Drawn a block at a time: the same sequence as one by one (each draw takes one
+        # random()), at a fifth of the cost; the draws past the last chunk are never used.
+        for size in rng.choices((1, 2, 3), weights=(6, 3, 1), k=min(left, 4096)):
+            yield min(left, size)
+            left -= size
+            if left <= 0:
+                return
+
+
+def chunk_sizes(prompt: str, seed: int, total: int) -> list[int]:
+    """How many tokens each streamed chunk carries: mostly 1, often 2, sometimes 3."""
+    return list(iter_chunk_sizes(prompt, seed, total))
