@@ -23,7 +23,7 @@ from labkit.stream_gateway import (
 )
 from labkit.wire import says_something
 from solutions import proxy as parts
-from solutions.release import BySentence, Checked
+from solutions.release import BySentence, Checked, WholeAnswer
 
 CHAT = "/v1/chat/completions"
 PACE = {"ttft_ms": 50, "tps": 100, "tokens": 40}
@@ -133,6 +133,22 @@ def test_a_rejected_sentence_is_never_shown_and_nothing_after_it(
     end = data(capture, "gateway.interrupted")[0]
     assert end["reason"] == "rejected" and end["released_chars"] == len(complete[0])
     assert "gateway.completed" not in kinds(capture) and capture.terminal == "interrupted"
+
+
+def test_whole_answer_releases_everything_at_the_end_or_nothing(
+    mock: ServerHandle, usage_log: Path
+) -> None:
+    direct = capture_stream(mock.url + CHAT, json=chat(10))
+    banned = sentences(direct.text)[-1].lower().replace(".", " ").split()[-1]
+    with gateway(mock, WholeAnswer) as whole:  # (one at a time: serve() names them alike)
+        released_whole = capture_stream(whole.url + ANSWERS_PATH, json=chat(10))
+    with gateway(mock, Checked(WholeAnswer, lambda s: banned not in s.lower())) as strict:
+        refused_whole = capture_stream(strict.url + ANSWERS_PATH, json=chat(10))
+    assert released(released_whole) == [direct.text]  # one piece, after the upstream ended
+    assert kinds(released_whole)[-2:] == ["gateway.delta", "gateway.completed"]
+    assert released(refused_whole) == []  # one bad sentence at the end withholds all of it
+    end = data(refused_whole, "gateway.interrupted")[0]
+    assert end["reason"] == "rejected" and end["released_chars"] == 0
 
 
 def test_a_refusal_discards_the_held_text_and_ends_interrupted(
