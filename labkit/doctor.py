@@ -2,7 +2,8 @@
 
 ``run_doctor()`` returns structured lines and prints nothing; ``format_doctor()`` renders them and
 ``doctor_exit_code()`` decides the exit status, so the CLI is three calls. A line is ``ok``,
-``warn`` (something only one optional step needs, e.g. nginx) or ``fail`` (fix it before starting).
+``warn`` (something only one optional step needs, e.g. nginx, or the browser notebook 14 drives)
+or ``fail`` (fix it before starting).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -171,6 +173,74 @@ def _check_program(name: str, needed_for: str) -> DoctorLine:
     )
 
 
+_BROWSER_NEEDED = "only needed for notebook 14's browser cells"
+
+
+def _playwright_requirement() -> str:
+    """The playwright range this project pins (its ``dev`` extra), as pip would take it."""
+    try:
+        requirements = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        requirements = []
+    for text in requirements:
+        requirement = Requirement(text)
+        if requirement.name == "playwright":
+            return f"playwright{requirement.specifier}"
+    return "playwright"
+
+
+def _chromium_version(executable: str) -> str | None:
+    try:
+        ran = subprocess.run(
+            [executable, "--version"], capture_output=True, text=True, timeout=20, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [line.strip() for line in ran.stdout.splitlines() if line.strip()]
+    return lines[-1] if ran.returncode == 0 and lines else None
+
+
+def _check_browser() -> DoctorLine:
+    from labkit.chat.browser import CHROMIUM_ENV, find_chromium
+
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return DoctorLine(
+            "browser",
+            "warn",
+            f"the playwright package is not installed ({_BROWSER_NEEDED})",
+            f"`.venv/bin/pip install '{_playwright_requirement()}'` (no browser download: "
+            "it drives the system's Chromium)",
+        )
+    driver = f"playwright {importlib.metadata.version('playwright')}"
+    chromium = find_chromium()
+    configured = os.environ.get(CHROMIUM_ENV)
+    if chromium is None:
+        missing = (
+            f"{CHROMIUM_ENV}={configured} is not an executable file"
+            if configured
+            else "no Chromium on PATH (chromium, chromium-browser or google-chrome)"
+        )
+        return DoctorLine(
+            "browser",
+            "warn",
+            f"{driver}, {missing} ({_BROWSER_NEEDED})",
+            f"`apt-get install chromium` (Debian/Ubuntu), or set {CHROMIUM_ENV} to a Chromium "
+            "or Chrome binary",
+        )
+    version = _chromium_version(chromium)
+    if version is None:
+        return DoctorLine(
+            "browser",
+            "warn",
+            f"{driver}, {chromium} does not run (`{chromium} --version` failed; {_BROWSER_NEEDED})",
+            f"reinstall it (`apt-get install --reinstall chromium`), or set {CHROMIUM_ENV} to "
+            "a Chromium that runs",
+        )
+    return DoctorLine("browser", "ok", f"{driver}, {version} at {chromium}")
+
+
 def _check_mock_upstream() -> DoctorLine:
     from labkit.capture import capture_stream
     from labkit.errors import LabkitError
@@ -222,6 +292,7 @@ _CHECKS: tuple[Callable[[], DoctorLine | list[DoctorLine]], ...] = (
     _check_bind,
     lambda: _check_program("curl", "the curl examples"),
     lambda: _check_program("nginx", "the nginx notebook"),
+    _check_browser,
     _check_mock_upstream,
 )
 

@@ -17,34 +17,16 @@ A request the provider refused before generating (an HTTP status of 400 or more)
 nothing. Each event is priced from :data:`PRICES`, per million tokens by model. The bill then
 adds up against the books: :func:`reconcile` says by how many tokens and dollars it differs
 (zero when nothing was lost).
+
+``reconciled_bill`` is notebook 11's build-it, the same code (the notebook prices one model);
+``tests/notebooks/test_build_its_match_solutions.py`` keeps them so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
-
-Source = Literal["stream", "provider", "books only"]
-
-
-@dataclass(frozen=True)
-class Price:
-    """US dollars per million tokens."""
-
-    input: float
-    output: float
-
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return (prompt_tokens * self.input + completion_tokens * self.output) / 1_000_000
-
-
-#: A small per-model price table (made-up prices, in the shape real ones have).
-PRICES: Final[dict[str, Price]] = {
-    "mock-gpt": Price(input=2.50, output=10.00),
-    "mock-claude": Price(input=3.00, output=15.00),
-    "lab-model": Price(input=0.50, output=1.50),
-}
+from typing import Any, Final
 
 
 class UnknownModelError(KeyError):
@@ -59,67 +41,50 @@ class UnknownModelError(KeyError):
         return f"no price for model {self.model!r} (priced: {known}): add it to PRICES"
 
 
-@dataclass(frozen=True)
-class BillingEvent:
-    """What one upstream request costs."""
+class PriceTable(dict[str, dict[str, float]]):
+    """US dollars per million tokens, ``{"input": ..., "output": ...}`` by model. A model it
+    does not have raises :class:`UnknownModelError`, which says what to do."""
 
-    id: str
-    model: str
-    outcome: str
-    prompt_tokens: int
-    completion_tokens: int
-    source: Source
-    cost_usd: float
+    def __missing__(self, model: str) -> dict[str, float]:
+        raise UnknownModelError(model)
 
 
-def _price(model: str, prices: Mapping[str, Price]) -> Price:
-    try:
-        return prices[model]
-    except KeyError:
-        raise UnknownModelError(model) from None
+#: A small per-model price table (made-up prices, in the shape real ones have).
+PRICES: Final = PriceTable(
+    {
+        "mock-gpt": {"input": 2.50, "output": 10.00},
+        "mock-claude": {"input": 3.00, "output": 15.00},
+        "lab-model": {"input": 0.50, "output": 1.50},
+    }
+)
 
 
-def _billable(record: Mapping[str, Any]) -> bool:
-    return int(record.get("status_code", 200)) < 400
-
-
-def bill(
-    lines: Iterable[Mapping[str, Any]],
-    books: Iterable[Mapping[str, Any]],
-    prices: Mapping[str, Price] = PRICES,
-) -> list[BillingEvent]:
-    """One billing event per billable request in ``books`` (the provider's records), with
-    the counts of its usage line when the stream carried them."""
-    records = {str(r["id"]): r for r in books}
-    events: list[BillingEvent] = []
-    named: set[str] = set()
+def reconciled_bill(
+    lines: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """One billing event per request the upstream generated for: {id, outcome, source,
+    prompt_tokens, completion_tokens, usd}."""
+    books = {r["id"]: r for r in records if r["status_code"] < 400}
+    events = []
     for line in lines:
-        record = records.get(str(line.get("id")))
-        if record is None or not _billable(record):
-            continue
-        named.add(record["id"])
-        model = str(record.get("model", ""))
-        if line.get("completion_tokens") is not None:
-            prompt, completion = int(line["prompt_tokens"]), int(line["completion_tokens"])
-            source: Source = "stream"
+        record = books.pop(line["id"], None)
+        if record is None:
+            continue  # no id (gone before the first chunk), or refused with a status
+        if line["completion_tokens"] is None:
+            counts, source = (record["prompt_tokens"], record["tokens_generated"]), "provider"
         else:
-            prompt, completion = int(record["prompt_tokens"]), int(record["tokens_generated"])
-            source = "provider"
-        cost = _price(model, prices).cost(prompt, completion)
-        events.append(
-            BillingEvent(
-                record["id"], model, str(line["outcome"]), prompt, completion, source, cost
-            )
-        )
-    for record in records.values():
-        if record["id"] in named or not _billable(record):
-            continue
-        model = str(record.get("model", ""))
-        prompt, completion = int(record["prompt_tokens"]), int(record["tokens_generated"])
-        cost = _price(model, prices).cost(prompt, completion)
-        events.append(
-            BillingEvent(record["id"], model, "cancelled", prompt, completion, "books only", cost)
-        )
+            counts, source = (line["prompt_tokens"], line["completion_tokens"]), "stream"
+        events.append({"id": record["id"], "model": record["model"], "outcome": line["outcome"],
+                       "source": source, "prompt_tokens": counts[0],
+                       "completion_tokens": counts[1]})  # fmt: skip
+    for record in books.values():
+        events.append({"id": record["id"], "model": record["model"], "outcome": "cancelled",
+                       "source": "books only", "prompt_tokens": record["prompt_tokens"],
+                       "completion_tokens": record["tokens_generated"]})  # fmt: skip
+    for event in events:
+        price = PRICES[event["model"]]
+        event["usd"] = (event["prompt_tokens"] * price["input"]
+                        + event["completion_tokens"] * price["output"]) / 1e6  # fmt: skip
     return events
 
 
@@ -142,21 +107,20 @@ class Reconciliation:
 
 
 def reconcile(
-    events: Iterable[BillingEvent],
-    books: Iterable[Mapping[str, Any]],
-    prices: Mapping[str, Price] = PRICES,
+    events: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str, Any]]
 ) -> Reconciliation:
-    """Add up the bill and the books (prompt plus generated tokens, and their price)."""
+    """Add up the bill and the books (prompt plus generated tokens, and their price), each
+    priced on its own from :data:`PRICES`."""
     events = list(events)
-    billable = [r for r in books if _billable(r)]
+    billable = [r for r in records if r["status_code"] < 400]
+    books_usd = sum(
+        r["prompt_tokens"] * PRICES[r["model"]]["input"]
+        + r["tokens_generated"] * PRICES[r["model"]]["output"]
+        for r in billable
+    )
     return Reconciliation(
-        billed_tokens=sum(e.prompt_tokens + e.completion_tokens for e in events),
-        books_tokens=sum(int(r["prompt_tokens"]) + int(r["tokens_generated"]) for r in billable),
-        billed_usd=sum(e.cost_usd for e in events),
-        books_usd=sum(
-            _price(str(r.get("model", "")), prices).cost(
-                int(r["prompt_tokens"]), int(r["tokens_generated"])
-            )
-            for r in billable
-        ),
+        billed_tokens=sum(e["prompt_tokens"] + e["completion_tokens"] for e in events),
+        books_tokens=sum(r["prompt_tokens"] + r["tokens_generated"] for r in billable),
+        billed_usd=sum(e["usd"] for e in events),
+        books_usd=books_usd / 1e6,
     )

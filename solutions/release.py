@@ -20,6 +20,9 @@ and only what the policy releases is sent on.
 ``finish()`` runs at the upstream's terminal event, and releases what was still held (the
 end of the last sentence, or the whole answer); a stream that ends any other way releases
 nothing more. ``validate`` is a stand-in for a real check (moderation, PII, a fact check).
+
+``validate`` and ``BySentence`` are notebook 12's build-it, the same code;
+``tests/notebooks/test_build_its_match_solutions.py`` keeps them so.
 """
 
 from __future__ import annotations
@@ -27,74 +30,62 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Final
-
-from labkit.wire import says_something
+from typing import ClassVar
 
 Validator = Callable[[str], bool]
 
-#: The stand-in check rejects any sentence that mentions one of these words.
-BANNED: Final = ("password",)
-_SENTENCE_END: Final = re.compile(r"[.!?]+")
-
 
 def validate(sentence: str) -> bool:
-    """Stand-in for a real check: a sentence passes unless it names a banned word."""
-    return not any(word in sentence.lower() for word in BANNED)
-
-
-def sentences(text: str) -> tuple[list[str], str]:
-    """Cut ``text`` after each sentence end: (complete sentences, the rest). A "sentence"
-    with nothing to read in it (filler) is joined to the one after it."""
-    done: list[str] = []
-    start = 0
-    for end in _SENTENCE_END.finditer(text):
-        if end.end() == len(text) and text.endswith("."):  # "..." may still be growing
-            break
-        if says_something(text[start : end.end()]):
-            done.append(text[start : end.end()])
-            start = end.end()
-    return done, text[start:]
+    """Stand-in for a real check (moderation, PII, a fact check): reject one banned word."""
+    return "password" not in sentence.lower()
 
 
 class BySentence:
-    """Hold text until a sentence is complete and valid; a rejected sentence stops it all."""
+    """One answer's validation buffer: a sentence is released once it is complete and valid."""
 
     name: ClassVar[str] = "by_sentence"
 
     def __init__(self, validator: Validator = validate) -> None:
         self.validator = validator
-        self.held = ""
-        self.rejected = False
-        self.withheld = ""
-
-    def _release(self, complete: list[str]) -> list[str]:
-        out: list[str] = []
-        for number, sentence in enumerate(complete):
-            if not self.validator(sentence):
-                self.rejected = True
-                self.withheld = "".join(complete[number:]) + self.held
-                self.held = ""
-                break
-            out.append(sentence)
-        return out
+        self.held = ""  # text not released yet
+        self.rejected = False  # a sentence failed the validator: release nothing more
+        self.withheld = ""  # text that will never be shown
 
     def feed(self, text: str) -> list[str]:
+        """Take the next fragment; return the sentences that may be shown now."""
         if self.rejected:
             self.withheld += text
             return []
-        complete, self.held = sentences(self.held + text)
-        return self._release(complete)
+        out: list[str] = []
+        self.held += text
+        for end in re.finditer(r"[.!?]+", self.held):
+            if end.end() == len(self.held) and self.held.endswith("."):
+                break  # "..." may still be growing
+            sentence = self.held[: end.end()]
+            if not any(c.isalnum() for c in sentence):
+                continue  # filler: wait for the sentence after it
+            if not self.validator(sentence):
+                self.rejected, self.withheld, self.held = True, self.held, ""
+                return out
+            out.append(sentence)
+            self.held = self.held[end.end() :]
+            return out + self.feed("")  # the rest may hold another whole sentence
+        return out
 
     def finish(self) -> list[str]:
-        if self.rejected or not self.held:
-            return []
+        """The upstream ended normally: release what is still held, if it is valid."""
         rest, self.held = self.held, ""
-        return self._release([rest])
+        if self.rejected or not rest:
+            return []
+        if not self.validator(rest):
+            self.rejected, self.withheld = True, rest
+            return []
+        return [rest]
 
 
 class WholeAnswer:
-    """Hold everything; at the end, validate every sentence and release all or nothing."""
+    """Hold everything; at the end, validate every sentence (as :class:`BySentence` cuts them)
+    and release all or nothing."""
 
     name: ClassVar[str] = "whole_answer"
 
@@ -109,8 +100,10 @@ class WholeAnswer:
         return []
 
     def finish(self) -> list[str]:
-        complete, rest = sentences(self.held)
-        if not all(self.validator(s) for s in [*complete, rest] if s):
+        check = BySentence(self.validator)
+        check.feed(self.held)
+        check.finish()
+        if check.rejected:
             self.rejected, self.withheld = True, self.held
             return []
         return [self.held] if self.held else []

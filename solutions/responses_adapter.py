@@ -24,15 +24,18 @@ A refusal ends with ``finish_reason: content_filter`` whichever way the provider
 (an OpenAI ``response.refusal.delta``, a Responses ``incomplete`` for ``content_filter``, or
 Anthropic's ``stop_reason: refusal`` in notebook 08's adapter), so a client checks one field.
 Tool calls are numbered by the order their items were added, as Chat numbers them.
+
+``chunk``, ``responses_usage`` and ``responses_to_chat`` are notebook 08's build-it, the same
+code (dict state, as the notebook's ``to_openai`` keeps it);
+``tests/notebooks/test_build_its_match_solutions.py`` keeps them so. The
+route around them is this module's own.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Final
 
@@ -42,85 +45,66 @@ from fastapi.responses import Response, StreamingResponse
 
 CHAT_PATH: Final = "/v1/chat/completions"
 RESPONSES_PATH: Final = "/v1/responses"
-INCOMPLETE: Final = {"max_output_tokens": "length", "content_filter": "content_filter"}
+INCOMPLETE: Final[dict[str | None, str]] = {
+    "max_output_tokens": "length",
+    "content_filter": "content_filter",
+}
+TERMINAL: Final = ("response.completed", "response.incomplete")
 
 
-@dataclass
-class ResponsesState:
-    """What the mapping keeps between events of one stream."""
-
-    id: str = ""
-    model: str = ""
-    created: int = 0
-    calls: dict[int, int] = field(default_factory=dict)  # output_index -> tool-call index
-    refused: bool = False
-    finished: bool = False  # a terminal event came: the stream may end with [DONE]
+State = dict[str, Any]  # what the mapping keeps between events of one stream
 
 
-def _chunk(
-    state: ResponsesState, delta: dict[str, Any], finish: str | None = None
-) -> dict[str, Any]:
+def chunk(state: State, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     return {
-        "id": state.id,
-        "object": "chat.completion.chunk",
-        "created": state.created,
-        "model": state.model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
+        "id": state["id"], "object": "chat.completion.chunk", "created": state["created"],
+        "model": state["model"], "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }  # fmt: skip
 
 
-def _usage_chunk(state: ResponsesState, usage: dict[str, Any] | None) -> dict[str, Any]:
-    usage = usage or {}
-    prompt, completion = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
-    counts = {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-    return {**_chunk(state, {}), "choices": [], "usage": counts}
+def responses_usage(state: State, usage: dict[str, Any]) -> dict[str, Any]:
+    counts = {"prompt_tokens": usage["input_tokens"], "completion_tokens": usage["output_tokens"],
+              "total_tokens": usage["input_tokens"] + usage["output_tokens"]}  # fmt: skip
+    return {**chunk(state, {}), "choices": [], "usage": counts}
 
 
-def responses_to_chat(data: dict[str, Any], state: ResponsesState) -> list[dict[str, Any]]:
-    """One Responses stream event -> the chat chunk bodies it becomes (often none)."""
+def responses_to_chat(data: dict[str, Any], state: State) -> list[dict[str, Any]]:
+    """One Responses stream event -> a list of OpenAI chat.completion.chunk bodies."""
     kind = data.get("type")
     if kind == "response.created":
         response = data["response"]
-        state.id, state.model = response["id"], response["model"]
-        state.created = int(response.get("created_at") or time.time())
-        return [_chunk(state, {"role": "assistant", "content": ""})]
+        state.update(id=response["id"], model=response["model"], created=response["created_at"],
+                     calls={}, refused=False)  # fmt: skip
+        return [chunk(state, {"role": "assistant", "content": ""})]
     if kind == "response.output_text.delta":
-        return [_chunk(state, {"content": data["delta"]})]
+        return [chunk(state, {"content": data["delta"]})]
     if kind == "response.refusal.delta":
-        state.refused = True
-        return [_chunk(state, {"refusal": data["delta"]})]
+        state["refused"] = True
+        return [chunk(state, {"refusal": data["delta"]})]
     if kind == "response.output_item.added" and data["item"]["type"] == "function_call":
-        index = state.calls.setdefault(data["output_index"], len(state.calls))
         item = data["item"]
+        index = state["calls"].setdefault(data["output_index"], len(state["calls"]))
         call = {"index": index, "id": item["call_id"], "type": "function",
                 "function": {"name": item["name"], "arguments": ""}}  # fmt: skip
-        return [_chunk(state, {"tool_calls": [call]})]
+        return [chunk(state, {"tool_calls": [call]})]
     if kind == "response.function_call_arguments.delta":
-        fragment = {
-            "index": state.calls[data["output_index"]],
-            "function": {"arguments": data["delta"]},
-        }
-        return [_chunk(state, {"tool_calls": [fragment]})]
+        index = state["calls"][data["output_index"]]
+        fragment = {"index": index, "function": {"arguments": data["delta"]}}
+        return [chunk(state, {"tool_calls": [fragment]})]
     if kind == "response.completed":
-        state.finished = True
-        finish = "tool_calls" if state.calls else ("content_filter" if state.refused else "stop")
-        response = data["response"]
-        return [_chunk(state, {}, finish), _usage_chunk(state, response.get("usage"))]
+        finish = (
+            "tool_calls" if state["calls"] else "content_filter" if state["refused"] else "stop"
+        )
+        return [chunk(state, {}, finish), responses_usage(state, data["response"]["usage"])]
     if kind == "response.incomplete":
-        state.finished = True
         response = data["response"]
-        reason = (response.get("incomplete_details") or {}).get("reason")
-        finish = INCOMPLETE.get(reason or "", "length")
-        return [_chunk(state, {}, finish), _usage_chunk(state, response.get("usage"))]
+        finish = INCOMPLETE.get((response["incomplete_details"] or {}).get("reason"), "length")
+        return [chunk(state, {}, finish), responses_usage(state, response["usage"])]
     if kind == "response.failed":
         error = data["response"].get("error") or {}
-        message = error.get("message", "the upstream failed")
-        return [{"error": {"message": message, "type": error.get("code") or "upstream_error",
-                           "param": None, "code": None}}]  # fmt: skip
+        return [{"error": {"message": error.get("message", "upstream error"),
+                           "type": error.get("code") or "upstream_error", "param": None,
+                           "code": None}}]  # fmt: skip
     return []  # in_progress, content_part.*, *.done, output_item.done: nothing new to say
 
 
@@ -166,13 +150,16 @@ def make_responses_adapter(parts: ModuleType, upstream_url: str) -> FastAPI:
         client = request.app.state.client
 
         async def relay() -> AsyncIterator[str]:
-            state = ResponsesState()
+            state: State = {}
+            finished = False  # a terminal event came: the stream may end with [DONE]
             try:
                 async with client.stream(
                     "POST", RESPONSES_PATH, json=responses_request(body)
                 ) as upstream:
                     async for event in parts.sse_events(upstream.aiter_lines()):
-                        for out in responses_to_chat(json.loads(parts.event_data(event)), state):
+                        data = json.loads(parts.event_data(event))
+                        finished = finished or data.get("type") in TERMINAL
+                        for out in responses_to_chat(data, state):
                             if "usage" in out and not wants_usage:
                                 continue
                             yield f"data: {json.dumps(out)}\n\n"
@@ -180,7 +167,7 @@ def make_responses_adapter(parts: ModuleType, upstream_url: str) -> FastAPI:
                                 return  # an in-stream error ends the stream, without [DONE]
             except httpx.HTTPError:
                 pass  # a dropped upstream: said below, as an in-stream error
-            if state.finished:
+            if finished:
                 yield "data: [DONE]\n\n"
             else:  # the socket closing is not success
                 message = "the upstream closed the stream before it finished"

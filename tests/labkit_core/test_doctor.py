@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import sys
+from pathlib import Path
+
 import pytest
 
 from labkit import doctor
+from labkit.chat.browser import CHROMIUM_ENV
 from labkit.doctor import DoctorLine, doctor_exit_code, format_doctor, run_doctor
 
 
 def test_doctor_on_this_machine_checks_everything_and_reaches_the_mock() -> None:
     lines = run_doctor()
     by_check = {line.check: line for line in lines}
-    for check in ("python", "kernel", "localhost ports", "curl", "nginx", "mock upstream"):
+    for check in (
+        "python",
+        "kernel",
+        "localhost ports",
+        "curl",
+        "nginx",
+        "browser",
+        "mock upstream",
+    ):
         assert check in by_check
     assert "package uvicorn" in by_check and "package httpx" in by_check
     assert not any(name.startswith("package pytest") for name in by_check)  # dev extra
@@ -62,3 +75,57 @@ def test_format_and_exit_code() -> None:
     failing = [*lines, DoctorLine("kernel", "fail", "no 'python3' kernel", "install it")]
     assert doctor_exit_code(failing) == 1
     assert format_doctor(failing).endswith("1 thing(s) to fix before starting the lab.")
+
+
+def _fake_chromium(tmp_path: Path, script: str) -> str:
+    path = tmp_path / "chromium"
+    path.write_text("#!/bin/sh\n" + script + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_the_browser_line_names_the_chromium_it_found_and_its_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chromium = _fake_chromium(
+        tmp_path, 'echo "warning on stderr" >&2; echo "Chromium 156.0.1 test"'
+    )
+    monkeypatch.setenv(CHROMIUM_ENV, chromium)
+    line = doctor._check_browser()
+    version = importlib.metadata.version("playwright")
+    assert line == DoctorLine(
+        "browser", "ok", f"playwright {version}, Chromium 156.0.1 test at {chromium}"
+    )
+
+
+def test_no_chromium_is_a_warning_that_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CHROMIUM_ENV, str(tmp_path / "absent"))
+    line = doctor._check_browser()
+    assert line.status == "warn"
+    assert f"{CHROMIUM_ENV}={tmp_path / 'absent'} is not an executable file" in line.found
+    assert "notebook 14" in line.found
+    assert line.fix is not None and "apt-get install chromium" in line.fix
+
+
+def test_a_chromium_that_does_not_run_is_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chromium = _fake_chromium(tmp_path, "exit 3")
+    monkeypatch.setenv(CHROMIUM_ENV, chromium)
+    line = doctor._check_browser()
+    assert line.status == "warn" and f"{chromium} does not run" in line.found
+    assert line.fix is not None and "--reinstall chromium" in line.fix
+
+
+def test_no_playwright_is_a_warning_with_the_pinned_pip_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "playwright.sync_api", None)  # import now fails
+    line = doctor._check_browser()
+    assert line.status == "warn"
+    assert line.found == (
+        "the playwright package is not installed (only needed for notebook 14's browser cells)"
+    )
+    assert line.fix is not None and "pip install 'playwright<1.64,>=1.63'" in line.fix

@@ -15,7 +15,7 @@ import pytest
 from labkit import MockUpstream, capture_stream, serve
 from labkit.handles import ServerHandle
 from solutions import proxy as reference
-from solutions.billing import PRICES, Price, UnknownModelError, bill, reconcile
+from solutions.billing import PRICES, UnknownModelError, reconcile, reconciled_bill
 
 CHAT = "/v1/chat/completions"
 PACE = {"ttft_ms": 50, "tps": 40, "tokens": 30}
@@ -61,15 +61,15 @@ def test_the_bill_adds_up_against_the_books(
     assert books.wait_until_idle(timeout=5.0)
     records = books.requests()
     lines = [json.loads(line) for line in usage_log.read_text().splitlines()]
-    events = bill(lines, records)
+    events = reconciled_bill(lines, records)
     totals = reconcile(events, records)
     assert totals.token_difference == 0 and totals.usd_difference == 0
     assert len(events) == 6  # the 429 generated nothing and costs nothing
-    sources = sorted(e.source for e in events)
+    sources = sorted(e["source"] for e in events)
     assert sources == ["books only", "provider", "provider", "provider", "stream", "stream"]
     by_id = {r["id"]: r for r in records}
     for event in events:
-        assert event.completion_tokens == by_id[event.id]["tokens_generated"]
+        assert event["completion_tokens"] == by_id[event["id"]]["tokens_generated"]
 
 
 def test_without_the_books_the_unknown_counts_would_be_billed_as_nothing(
@@ -85,13 +85,38 @@ def test_without_the_books_the_unknown_counts_would_be_billed_as_nothing(
 
 
 def test_prices_are_per_million_tokens_by_model() -> None:
-    assert Price(input=2.0, output=8.0).cost(500_000, 250_000) == pytest.approx(3.0)
-    record = {"id": "x", "model": "mock-claude", "prompt_tokens": 10, "tokens_generated": 20}
-    [event] = bill([{"id": "x", "outcome": "error", "completion_tokens": None}], [record])
-    assert event.cost_usd == pytest.approx(PRICES["mock-claude"].cost(10, 20))
+    record = {
+        "id": "x",
+        "model": "mock-claude",
+        "status_code": 200,
+        "prompt_tokens": 10,
+        "tokens_generated": 20,
+    }
+    line = {"id": "x", "outcome": "error", "prompt_tokens": None, "completion_tokens": None}
+    [event] = reconciled_bill([line], [record])
+    assert PRICES["mock-claude"] == {"input": 3.00, "output": 15.00}
+    assert event["usd"] == pytest.approx((10 * 3.00 + 20 * 15.00) / 1_000_000)
+    assert (event["source"], event["completion_tokens"]) == ("provider", 20)
+
+
+def test_a_refused_request_costs_nothing() -> None:
+    record = {
+        "id": "x",
+        "model": "mock-gpt",
+        "status_code": 429,
+        "prompt_tokens": 10,
+        "tokens_generated": 0,
+    }
+    assert reconciled_bill([], [record]) == []
 
 
 def test_an_unpriced_model_says_what_to_do() -> None:
-    record = {"id": "x", "model": "gpt-9", "prompt_tokens": 1, "tokens_generated": 1}
+    record = {
+        "id": "x",
+        "model": "gpt-9",
+        "status_code": 200,
+        "prompt_tokens": 1,
+        "tokens_generated": 1,
+    }
     with pytest.raises(UnknownModelError, match=r"no price for model 'gpt-9'.*add it to PRICES"):
-        bill([], [record])
+        reconciled_bill([], [record])

@@ -4,6 +4,7 @@ a restart policy, over real sockets (real mock, real uvicorn, real HTTP client).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,17 @@ from labkit.stream_gateway import (
 )
 from labkit.wire import says_something
 from solutions import proxy as parts
-from solutions.release import BySentence, Checked, sentences
+from solutions.release import BySentence, Checked, WholeAnswer
 
 CHAT = "/v1/chat/completions"
 PACE = {"ttft_ms": 50, "tps": 100, "tokens": 40}
+SENTENCE = re.compile(r"[^.!?]*[.!?]+")
+
+
+def sentences(text: str) -> list[str]:
+    """The whole sentences of an answer without filler, cut here on their own (not by the
+    policy under test)."""
+    return SENTENCE.findall(text)
 
 
 def chat(seed: int, **scenario: object) -> dict[str, Any]:
@@ -88,7 +96,9 @@ def test_by_sentence_releases_whole_valid_sentences_and_the_same_text(
     pieces = released(through)
     assert "".join(pieces) == direct.text
     assert all(p.endswith((".", "!", "?")) for p in pieces[:-1]), pieces  # the last: at the end
-    assert len(pieces) == len(sentences(direct.text)[0]) + (1 if sentences(direct.text)[1] else 0)
+    whole = sentences(direct.text)
+    assert pieces[: len(whole)] == whole
+    assert len(pieces) == len(whole) + (1 if "".join(whole) != direct.text else 0)
 
 
 def test_filler_is_held_until_the_first_sentence_so_first_useful_content_is_honest(
@@ -114,7 +124,7 @@ def test_a_rejected_sentence_is_never_shown_and_nothing_after_it(
     mock: ServerHandle, usage_log: Path
 ) -> None:
     direct = capture_stream(mock.url + CHAT, json=chat(4))
-    complete, _ = sentences(direct.text)
+    complete = sentences(direct.text)
     first_words = set(complete[0].lower().replace(".", " ").split())
     banned = next(w for w in complete[1].lower().replace(".", " ").split() if w not in first_words)
     with gateway(mock, Checked(BySentence, lambda s: banned not in s.lower().split())) as server:
@@ -123,6 +133,22 @@ def test_a_rejected_sentence_is_never_shown_and_nothing_after_it(
     end = data(capture, "gateway.interrupted")[0]
     assert end["reason"] == "rejected" and end["released_chars"] == len(complete[0])
     assert "gateway.completed" not in kinds(capture) and capture.terminal == "interrupted"
+
+
+def test_whole_answer_releases_everything_at_the_end_or_nothing(
+    mock: ServerHandle, usage_log: Path
+) -> None:
+    direct = capture_stream(mock.url + CHAT, json=chat(10))
+    banned = sentences(direct.text)[-1].lower().replace(".", " ").split()[-1]
+    with gateway(mock, WholeAnswer) as whole:  # (one at a time: serve() names them alike)
+        released_whole = capture_stream(whole.url + ANSWERS_PATH, json=chat(10))
+    with gateway(mock, Checked(WholeAnswer, lambda s: banned not in s.lower())) as strict:
+        refused_whole = capture_stream(strict.url + ANSWERS_PATH, json=chat(10))
+    assert released(released_whole) == [direct.text]  # one piece, after the upstream ended
+    assert kinds(released_whole)[-2:] == ["gateway.delta", "gateway.completed"]
+    assert released(refused_whole) == []  # one bad sentence at the end withholds all of it
+    end = data(refused_whole, "gateway.interrupted")[0]
+    assert end["reason"] == "rejected" and end["released_chars"] == 0
 
 
 def test_a_refusal_discards_the_held_text_and_ends_interrupted(
