@@ -11,7 +11,7 @@ import pytest
 
 from labkit.checks import CHECK_IDS
 from labkit.cli import main
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 
 SYNTAX_ERROR = "def broken(:\n    pass\n"
 BAD_SUBMISSIONS = {

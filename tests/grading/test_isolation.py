@@ -167,7 +167,7 @@ def test_the_served_process_is_found_inside_the_sandbox_wrappers(tmp_path: Path)
     try:
         assert proxy.server_pid is not None
         command = psutil.Process(proxy.server_pid).cmdline()
-        assert command[1:3] == ["-m", "labkit._serve_child"]
+        assert command[1:3] == ["-m", "labkit.servers._child"]
     finally:
         proxy.stop()
 
