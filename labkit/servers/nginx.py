@@ -144,6 +144,11 @@ class NginxServer(ProcessServer):
         path = self.prefix / "error.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def ready(self) -> bool:
+        """nginx wrote its pid file: its config is loaded and it holds the socket. (A connect
+        would succeed at once: the socket listens from the moment it is bound here.)"""
+        return (self.prefix / "nginx.pid").exists()
+
     def _argv(self, executable: str, *extra: str) -> list[str]:
         prefix = str(self.prefix)
         return [
