@@ -206,7 +206,10 @@ def start_nginx(
     argv = [str(find_nginx()), "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "e.log")]
     # nginx takes listening sockets from $NGINX ("fd;fd;") when one matches a `listen`.
     env = {"NGINX": f"{sock.fileno()};"}
-    return spawn(name, argv, port, env=env, workdir=workdir, sock=sock)
+    # A connect succeeds as soon as the socket is bound here: ready is the mock answering
+    # through nginx.
+    ready = "/healthz"
+    return spawn(name, argv, port, env=env, ready_path=ready, workdir=workdir, sock=sock)
 
 
 LITELLM_CONF = """\

@@ -34,16 +34,19 @@ from labkit.proxy_file import (
 from labkit.regions import unwritten
 from labkit.servers import (
     ExternalServer,
+    NginxNotFoundError,
     ServerHandle,
     SubprocessServer,
     ThreadServer,
+    find_nginx,
+    nginx_version,
     running_servers,
     serve,
     serve_subprocess,
     start_mock_upstream,
+    start_nginx,
     stop_all,
 )
-from labkit.servers.nginx import NginxNotFoundError, find_nginx, nginx_version, start_nginx
 from labkit.stream_gateway import RestartPolicy, make_stream_gateway
 from labkit.upstream import MockUpstream
 

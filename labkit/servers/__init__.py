@@ -1,8 +1,9 @@
 """Starting and stopping servers: one package, one public surface (this module).
 
 ``serve`` (an ASGI app on a thread), ``serve_subprocess`` (a file or module in a child Python
-process), ``start_mock_upstream`` and ``nginx.start_nginx`` return a :class:`ServerHandle` with
-``.name``, ``.url``, ``.port``, ``.stop()``, usable as a context manager. Starting a server under
+process), ``start_mock_upstream`` and ``start_nginx`` (from ``nginx``) return a
+:class:`ServerHandle` with ``.name``, ``.url``, ``.port``, ``.stop()``, usable as a context
+manager. Starting a server under
 a name that is already running stops the old one first, so re-running a notebook cell replaces
 its server instead of leaking one; whatever is still running at interpreter exit is stopped.
 
@@ -29,23 +30,35 @@ from labkit.servers._subprocess import (
     resolve_target,
 )
 from labkit.servers._thread import DEFAULT_START_TIMEOUT, ThreadServer
+from labkit.servers.nginx import (
+    NginxNotFoundError,
+    NginxServer,
+    find_nginx,
+    nginx_version,
+    start_nginx,
+)
 
 __all__ = [
     "CHILD_MODULE",
     "MOCK_UPSTREAM_NAME",
     "UPSTREAM_URL_ENV",
     "ExternalServer",
+    "NginxNotFoundError",
+    "NginxServer",
     "ProcessServer",
     "ServerHandle",
     "SubprocessServer",
     "ThreadServer",
     "bind_socket",
+    "find_nginx",
     "next_name",
+    "nginx_version",
     "resolve_target",
     "running_servers",
     "serve",
     "serve_subprocess",
     "start_mock_upstream",
+    "start_nginx",
     "stop_all",
 ]
 
