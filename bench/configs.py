@@ -2,11 +2,12 @@
 
 A :class:`Config` names a way of reaching the mock; its ``kind`` picks the :class:`Launcher`
 (``LAUNCHERS``) that starts it in front of the mock upstream and hands back a :class:`Server`
-(url, pid to meter, ``stop()``). ``direct`` is the do-nothing launcher. A launcher whose tool
+(labkit's server handle: url, ``pid`` to meter, ``stop()``; every child is a
+:class:`labkit.servers.ProcessServer`). ``direct`` is the do-nothing launcher. A launcher whose tool
 is missing (nginx, LiteLLM's venv, uvloop) says why in :meth:`Launcher.unavailable` and the
 configuration is skipped, never faked.
 
-Ports: the bench binds each listening socket itself (``labkit.handles.bind_socket``, port 0)
+Ports: the bench binds each listening socket itself (``labkit.servers.bind_socket``, port 0)
 and hands the bound socket to the child (uvicorn's ``--fd``, nginx's inherited ``NGINX``
 sockets), so no other process can take the port between choosing and listening. LiteLLM only
 takes a port number: :func:`free_port` is for it alone.
@@ -17,20 +18,18 @@ from __future__ import annotations
 import os
 import resource
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
 from bench.mock_server import SCENARIO_ENV
-from labkit.handles import bind_socket
+from labkit.errors import ServerExitedError, ServerStartError, StartTimeoutError
+from labkit.servers import ExternalServer, ProcessServer, bind_socket
+from labkit.servers import ServerHandle as Server
 
 HOST = "127.0.0.1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,36 +62,6 @@ def _raise_nofile() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-@dataclass
-class Server:
-    name: str
-    url: str
-    port: int
-    pid: int | None  # the process to meter; None for the direct path
-    process: subprocess.Popen[bytes] | None = None
-    workdir: Path | None = None
-    log: Path | None = None
-
-    def stop(self) -> None:
-        """SIGTERM the server's own process group, SIGKILL after 5 s."""
-        if self.process is not None and self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGTERM)
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=5)
-            except ProcessLookupError:
-                pass
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def log_tail(self, lines: int = 10) -> str:
-        if self.log is None or not self.log.exists():
-            return ""
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
 def spawn(
     name: str,
     argv: Sequence[str],
@@ -103,51 +72,39 @@ def spawn(
     timeout: float = START_TIMEOUT_S,
     workdir: Path | None = None,
     sock: socket.socket | None = None,
-) -> Server:
-    """Start ``argv`` in its own session, wait until ``port`` accepts (and ``ready_path``
-    answers 200 when given), or raise with the end of its log. ``sock``, the listening socket
-    the child is told about, is handed down and closed here."""
-    workdir = workdir or Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
-    log = workdir / "server.log"
+) -> ProcessServer:
+    """Start ``argv`` in its own session (labkit's :class:`ProcessServer`), wait until ``port``
+    accepts (and ``ready_path`` answers 200 when given), or raise ``RuntimeError`` with the end
+    of its log. ``sock``, the listening socket the child is told about, is handed down and
+    closed here."""
+    server = ProcessServer(
+        argv,
+        name=name,
+        host=HOST,
+        port=port,
+        env=env,
+        cwd=ROOT,
+        workdir=workdir or Path(tempfile.mkdtemp(prefix=f"bench-{name}-")),
+        sock=sock,
+        ready_path=ready_path,
+        start_timeout=timeout,
+        stop_grace=5.0,
+        merge_stderr=True,
+        preexec_fn=_raise_nofile,
+    )
+    server.poll_interval = 0.1
     try:
-        with open(log, "wb") as out:
-            process = subprocess.Popen(
-                list(argv),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **(env or {})},
-                cwd=ROOT,
-                start_new_session=True,
-                preexec_fn=_raise_nofile,
-                pass_fds=() if sock is None else (sock.fileno(),),
-            )
-    finally:
-        if sock is not None:
-            sock.close()  # the child holds its own copy
-    server = Server(name, f"http://{HOST}:{port}", port, process.pid, process, workdir, log)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = server.log_tail()
-            server.stop()
-            raise RuntimeError(f"{name} exited with code {process.returncode}:\n{tail}")
-        if _answers(port, ready_path):
-            return server
-        time.sleep(0.1)
-    tail = server.log_tail()
-    server.stop()
-    raise RuntimeError(f"{name} did not answer on port {port} within {timeout:g} s:\n{tail}")
-
-
-def _answers(port: int, path: str | None) -> bool:
-    try:
-        if path is None:
-            with socket.create_connection((HOST, port), timeout=0.5):
-                return True
-        with urllib.request.urlopen(f"http://{HOST}:{port}{path}", timeout=1) as response:
-            return bool(response.status == 200)
-    except OSError:
-        return False
+        return server.start()
+    except ServerExitedError as exc:
+        rc = server.process.returncode if server.process is not None else None
+        raise RuntimeError(f"{name} exited with code {rc}:\n{exc.stderr_tail}") from None
+    except StartTimeoutError:
+        tail = "\n".join(server.stdout().splitlines()[-10:])
+        raise RuntimeError(
+            f"{name} did not answer on port {port} within {timeout:g} s:\n{tail}"
+        ) from None
+    except ServerStartError as exc:
+        raise RuntimeError(str(exc)) from None
 
 
 def uvicorn_argv(target: str, fd: int, fast: bool, *, factory: bool = False) -> list[str]:
@@ -249,7 +206,10 @@ def start_nginx(
     argv = [str(find_nginx()), "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "e.log")]
     # nginx takes listening sockets from $NGINX ("fd;fd;") when one matches a `listen`.
     env = {"NGINX": f"{sock.fileno()};"}
-    return spawn(name, argv, port, env=env, workdir=workdir, sock=sock)
+    # A connect succeeds as soon as the socket is bound here: ready is the mock answering
+    # through nginx.
+    ready = "/healthz"
+    return spawn(name, argv, port, env=env, ready_path=ready, workdir=workdir, sock=sock)
 
 
 LITELLM_CONF = """\
@@ -273,7 +233,7 @@ class Launcher:
         return None
 
     def start(self, config: Config, upstream: Server) -> Server:
-        return Server(config.name, upstream.url, upstream.port, None)
+        return ExternalServer(upstream.url, name=config.name)
 
 
 class Uvicorn(Launcher):

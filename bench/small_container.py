@@ -16,7 +16,8 @@ should fail (``FAILS`` of its ``tests/grading/broken/*.py``; none for the refere
 which were inconclusive; the evidence of every unexpected verdict is printed below it. Results go to
 ``bench/results/small-container-<time>.json``.
 
-Needs root and a writable cgroup hierarchy (``Cgroup.create`` says why not otherwise).
+Needs root and a writable cgroup hierarchy (``labkit.grading.cgroups.Cgroup.make`` says why
+not otherwise).
 """
 
 from __future__ import annotations
@@ -31,17 +32,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labkit.checks.machine import CGROUP_ROOT
+from labkit.grading.cgroups import Cgroup, CgroupLimits, CgroupUnavailable
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-PERIOD_US = 100_000
 REFERENCES = {
     "reference": ROOT / "solutions" / "proxy.py",
     "aiohttp-reference": ROOT / "solutions" / "aiohttp_proxy.py",
@@ -49,118 +50,12 @@ REFERENCES = {
 GRADE_TIMEOUT_S = 300.0
 
 
-class CgroupUnavailable(RuntimeError):
-    """No cgroup with limits can be made here; the message says why (for a skip reason)."""
-
-
-@dataclass
-class Cgroup:
-    """One cgroup (v1: a ``cpu`` and a ``memory`` directory; v2: one directory) with limits."""
-
-    version: int
-    dirs: tuple[Path, ...]
-
-    @classmethod
-    def create(cls, name: str, *, cpu: float, memory_mb: int) -> Cgroup:
-        """Make ``name`` with ``cpu`` CPUs and ``memory_mb`` MiB; raises ``CgroupUnavailable``."""
-        if os.geteuid() != 0:
-            raise CgroupUnavailable("creating a cgroup needs root")
-        quota = max(1000, round(cpu * PERIOD_US))
-        limit = memory_mb * 1024 * 1024
-        v1_cpu, v1_memory = CGROUP_ROOT / "cpu", CGROUP_ROOT / "memory"
-        if (v1_cpu / "cpu.cfs_quota_us").exists() and (
-            v1_memory / "memory.limit_in_bytes"
-        ).exists():
-            group = cls(1, (v1_cpu / name, v1_memory / name))
-            try:
-                for folder in group.dirs:
-                    folder.mkdir(exist_ok=True)
-                group._write(0, "cpu.cfs_period_us", str(PERIOD_US))
-                group._write(0, "cpu.cfs_quota_us", str(quota))
-                group._write(1, "memory.limit_in_bytes", str(limit))
-                with contextlib.suppress(OSError):  # no swap accounting: nothing to limit
-                    group._write(1, "memory.memsw.limit_in_bytes", str(limit))
-            except OSError as exc:
-                group.remove()
-                raise CgroupUnavailable(f"cgroup v1 limits could not be set: {exc}") from exc
-            return group
-        controllers = CGROUP_ROOT / "cgroup.controllers"
-        if controllers.exists():
-            available = controllers.read_text().split()
-            if not {"cpu", "memory"} <= set(available):
-                raise CgroupUnavailable(f"cgroup v2 without cpu and memory ({available})")
-            group = cls(2, (CGROUP_ROOT / name,))
-            try:
-                subtree = CGROUP_ROOT / "cgroup.subtree_control"
-                enabled = subtree.read_text().split()
-                for controller in ("cpu", "memory"):
-                    if controller not in enabled:
-                        subtree.write_text(f"+{controller}")
-                group.dirs[0].mkdir(exist_ok=True)
-                group._write(0, "cpu.max", f"{quota} {PERIOD_US}")
-                group._write(0, "memory.max", str(limit))
-                with contextlib.suppress(OSError):
-                    group._write(0, "memory.swap.max", "0")
-            except OSError as exc:
-                group.remove()
-                raise CgroupUnavailable(f"cgroup v2 limits could not be set: {exc}") from exc
-            return group
-        raise CgroupUnavailable(f"no cgroup v1 cpu+memory or v2 hierarchy under {CGROUP_ROOT}")
-
-    def _write(self, index: int, name: str, value: str) -> None:
-        (self.dirs[index] / name).write_text(value)
-
-    def _read(self, index: int, name: str) -> str | None:
-        try:
-            return (self.dirs[index] / name).read_text()
-        except OSError:
-            return None
-
-    def peak_memory_mb(self) -> float | None:
-        text = self._read(-1, "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak")
-        return None if text is None else int(text) / (1024 * 1024)
-
-    def throttled_s(self) -> float | None:
-        """Time the quota held the group back, so far."""
-        text = self._read(0, "cpu.stat")
-        if text is None:
-            return None
-        stats = dict(line.split() for line in text.splitlines() if line.strip())
-        if "throttled_time" in stats:  # v1, nanoseconds
-            return int(stats["throttled_time"]) / 1e9
-        if "throttled_usec" in stats:  # v2
-            return int(stats["throttled_usec"]) / 1e6
-        return None
-
-    def oom_kills(self) -> int:
-        text = self._read(-1, "memory.oom_control" if self.version == 1 else "memory.events")
-        for line in (text or "").splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-        return 0
-
-    def remove(self) -> None:
-        """Remove the cgroup; any process still in it is moved out first."""
-        for folder in self.dirs:
-            if not folder.exists():
-                continue
-            parent_procs = folder.parent / "cgroup.procs"
-            for _ in range(50):
-                with contextlib.suppress(OSError):
-                    for pid in (folder / "cgroup.procs").read_text().split():
-                        with contextlib.suppress(OSError):
-                            parent_procs.write_text(pid)
-                try:
-                    folder.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)
-
-
 @contextlib.contextmanager
 def small_cgroup(cpu: float = 0.5, memory_mb: int = 768) -> Iterator[Cgroup]:
-    group = Cgroup.create(f"labkit-small-{uuid.uuid4().hex[:8]}", cpu=cpu, memory_mb=memory_mb)
+    """A cgroup with ``cpu`` CPUs and ``memory_mb`` MiB at the top of each tree (labkit's
+    :class:`~labkit.grading.cgroups.Cgroup`); raises ``CgroupUnavailable`` with the reason."""
+    limits = CgroupLimits(cpu=cpu, memory_bytes=memory_mb * 1024 * 1024)
+    group = Cgroup.make(limits, root=CGROUP_ROOT, below_own=False, prefix="labkit-small")
     try:
         yield group
     finally:
@@ -232,10 +127,9 @@ def grade_in(group: Cgroup, path: Path, *, only: Sequence[str] | None = None) ->
     command = [str(ROOT / ".venv" / "bin" / "labkit"), "grade", str(path), "--json"]
     if only:
         command += ["--only", *only]
-    join = "; ".join(f'echo $$ > "{folder / "cgroup.procs"}"' for folder in group.dirs)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        ["sh", "-c", f'{join}; exec "$@"', "sh", *command],
+        [*group.join_prefix(), *command],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -2,7 +2,8 @@
 
 Everything a notebook needs is importable from here: ``from labkit import serve, capture_stream``.
 ``__all__`` is that surface, and a test keeps it whole (every public name here is in it). The
-submodules' own paths (``labkit.checks``, ``labkit.nginx``) keep working for older notebooks.
+submodules' own paths (``labkit.checks``, ``labkit.servers``) keep working for older notebooks.
+Servers of every kind live in one package, ``labkit.servers``.
 """
 
 from labkit.capture import Capture, Chunk, Comment, Event, acapture_stream, capture_stream
@@ -21,8 +22,6 @@ from labkit.errors import (
     StartTimeoutError,
     TargetLoadError,
 )
-from labkit.handles import ExternalServer, ServerHandle
-from labkit.nginx import NginxNotFoundError, find_nginx, nginx_version, start_nginx
 from labkit.plots import plot_cancellation, plot_gaps, plot_timeline
 from labkit.proxy_file import (
     ProxyFileError,
@@ -34,15 +33,21 @@ from labkit.proxy_file import (
 )
 from labkit.regions import unwritten
 from labkit.servers import (
+    ExternalServer,
+    NginxNotFoundError,
+    ServerHandle,
+    SubprocessServer,
+    ThreadServer,
+    find_nginx,
+    nginx_version,
     running_servers,
     serve,
     serve_subprocess,
     start_mock_upstream,
+    start_nginx,
     stop_all,
 )
 from labkit.stream_gateway import RestartPolicy, make_stream_gateway
-from labkit.subprocess_server import SubprocessServer
-from labkit.thread_server import ThreadServer
 from labkit.upstream import MockUpstream
 
 __all__ = [

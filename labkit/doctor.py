@@ -134,7 +134,7 @@ def _same_file(a: str, b: str) -> bool:
 
 def _check_bind() -> DoctorLine:
     from labkit.errors import ServerStartError
-    from labkit.handles import bind_socket
+    from labkit.servers import bind_socket
 
     try:
         sock = bind_socket("127.0.0.1", 0, name="doctor")

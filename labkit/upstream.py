@@ -21,8 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from labkit.capture import shared_ssl_context
 from labkit.errors import MockUpstreamError
-from labkit.handles import ServerHandle
-from labkit.servers import UPSTREAM_URL_ENV
+from labkit.servers import UPSTREAM_URL_ENV, ServerHandle
 from mock_upstream import DEBUG_TOKEN_HEADER
 
 __all__ = ["MockUpstream"]

@@ -19,7 +19,7 @@ from mock_upstream.errors import ApiError, install_handlers
 from mock_upstream.exchange import ApiSpec, MockState, answer
 from mock_upstream.records import Recorder
 from mock_upstream.scenario import ONLY_ON, Scenario
-from mock_upstream.stream import quiet_intended_drops
+from mock_upstream.stream import quiet_while_serving
 
 MODELS: Final = ("mock-gpt", "mock-gpt-mini", "mock-claude")
 #: With ``create_app(debug_token=...)`` the records, reset and metrics routes answer only
@@ -80,12 +80,12 @@ def create_app(defaults: Scenario | None = None, *, debug_token: str | None = No
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
+        lifespan=quiet_while_serving,
     )
     app.state.mock = MockState(defaults=defaults or Scenario(), recorder=Recorder())
     app.state.recorder = app.state.mock.recorder
     app.state.registry = app.state.mock.recorder.registry
     install_handlers(app)
-    quiet_intended_drops()
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:

@@ -9,15 +9,17 @@ catches :class:`asyncio.CancelledError`, marks the record ``cancelled`` and re-r
 ``drop_after`` raises :class:`ConnectionDropped` from inside the generator after the last
 frame was handed over: uvicorn then closes the socket mid-body (the chunked body never gets
 its final chunk), which is what a client sees when an upstream dies. uvicorn logs any such
-exception as an error; :class:`QuietDropFilter` keeps that intended drop out of the log.
+exception as an error; :class:`QuietDropFilter` keeps that intended drop out of the log, installed
+only while a mock app is served (its lifespan, :func:`quiet_while_serving`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from contextlib import aclosing, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -60,11 +62,46 @@ class QuietDropFilter(logging.Filter):
         return not isinstance(exc, ConnectionDropped)
 
 
-def quiet_intended_drops(logger_name: str = UVICORN_ERROR_LOGGER) -> None:
-    """Install :class:`QuietDropFilter` on uvicorn's error logger (once)."""
-    logger = logging.getLogger(logger_name)
-    if not any(isinstance(f, QuietDropFilter) for f in logger.filters):
-        logger.addFilter(QuietDropFilter())
+class _QuietWhileServing:
+    """:class:`QuietDropFilter` on uvicorn's error logger while at least one mock is served.
+
+    Building an app changes no logger: the app's lifespan enters :func:`quiet_intended_drops`
+    at startup and leaves it at shutdown, and the filter goes when the last served mock stops.
+    It is put first among the logger's filters, so a filter that collects records (labkit's
+    per-server log router) never sees an intended drop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users: dict[str, int] = {}
+        self._filters: dict[str, QuietDropFilter] = {}
+
+    @contextmanager
+    def __call__(self, logger_name: str = UVICORN_ERROR_LOGGER) -> Iterator[None]:
+        logger = logging.getLogger(logger_name)
+        with self._lock:
+            if not self._users.get(logger_name):
+                self._filters[logger_name] = QuietDropFilter()
+                logger.filters.insert(0, self._filters[logger_name])
+            self._users[logger_name] = self._users.get(logger_name, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users[logger_name] -= 1
+                if not self._users[logger_name]:
+                    logger.removeFilter(self._filters.pop(logger_name))
+
+
+quiet_intended_drops = _QuietWhileServing()
+"""``with quiet_intended_drops():`` keeps intended drops out of uvicorn's error log meanwhile."""
+
+
+@asynccontextmanager
+async def quiet_while_serving(_app: object) -> AsyncIterator[None]:
+    """The mock app's lifespan: intended drops stay out of the log while the app is served."""
+    with quiet_intended_drops():
+        yield
 
 
 class Wire(Protocol):

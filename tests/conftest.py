@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.handles import registry
+from labkit.servers._handles import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 

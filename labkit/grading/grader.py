@@ -31,10 +31,8 @@ from labkit.grading.isolation import Isolation, choose
 from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.rubric import Rubric
 from labkit.grading.sandbox import SandboxedProxy, problem_from, start_proxy
-from labkit.handles import ServerHandle
 from labkit.regions import Unwritten, unwritten
-from labkit.servers import serve_subprocess
-from labkit.subprocess_server import SubprocessServer
+from labkit.servers import ServerHandle, SubprocessServer, serve_subprocess
 from mock_upstream import DEBUG_TOKEN_ENV
 
 __all__ = ["PREFLIGHT_S", "UPSTREAM_TARGET", "agrade_file", "agrade_url", "unwritten_results"]

@@ -4,8 +4,8 @@ Learner code is untrusted. Each proxy process the grader starts is wrapped, from
 in, by:
 
 * ``sh -c 'echo $$ > cgroup.procs; exec ...'`` when a cgroup can be made (root, cgroup v1 or
-  v2): a memory limit (the kernel stops a proxy that holds more, and the grader reports it) and
-  a process limit, counted for this proxy alone;
+  v2; :class:`labkit.grading.cgroups.Cgroup`): a memory limit (the kernel stops a proxy that
+  holds more, and the grader reports it) and a process limit, counted for this proxy alone;
 * ``bwrap`` (bubblewrap) when it works here: a new root that holds only the system, Python and
   the lab's packages read-only, the submission's own folder writable, a private ``/tmp``, its own
   PID namespace (every process it starts dies with it, new sessions included), and no view of
@@ -26,12 +26,9 @@ import contextlib
 import os
 import secrets
 import shutil
-import signal
 import stat
 import subprocess
 import sys
-import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +38,7 @@ import psutil
 
 import labkit
 import mock_upstream
-from labkit.checks.machine import CGROUP_ROOT, own_cgroups
+from labkit.grading.cgroups import Cgroup
 
 __all__ = [
     "KINDS",
@@ -82,110 +79,6 @@ class Limits:
             f"{self.address_space_bytes // MIB} MiB address space, "
             f"{self.file_bytes // MIB} MiB per file, {self.cpu_s} s CPU"
         )
-
-
-def _below(tree: Path, path: str) -> Path:
-    return tree.joinpath(*[part for part in path.split("/") if part])
-
-
-class Cgroup:
-    """A memory and pids cgroup (v1 or v2) for one proxy; ``None`` from ``create`` if none can
-    be made here."""
-
-    def __init__(self, dirs: dict[str, Path]) -> None:
-        self.dirs = dirs
-
-    @classmethod
-    def create(
-        cls, limits: Limits, *, root: Path = CGROUP_ROOT, proc_cgroup: str | None = None
-    ) -> Cgroup | None:
-        """A new cgroup below the grader's own (``/proc/self/cgroup``), so that whatever limits
-        the instructor's container or job put on the grader hold for the proxies too."""
-        name = f"labkit-{uuid.uuid4().hex[:12]}"
-        if proc_cgroup is None:
-            try:
-                proc_cgroup = Path("/proc/self/cgroup").read_text()
-            except OSError:
-                return None
-        own = own_cgroups(proc_cgroup)
-        made: dict[str, Path] = {}
-        try:
-            if (root / "cgroup.controllers").exists():  # v2: one tree
-                parent = _below(root, own.get("", "/"))
-                with contextlib.suppress(OSError):  # allowed at the root, and where no
-                    # process sits in the grader's own cgroup (a systemd scope, a job)
-                    (parent / "cgroup.subtree_control").write_text("+memory +pids")
-                path = parent / name
-                path.mkdir()
-                made["unified"] = path
-                (path / "memory.max").write_text(str(limits.memory_bytes))
-                (path / "memory.swap.max").write_text("0")
-                (path / "pids.max").write_text(str(limits.processes))
-            else:  # v1: a tree per controller
-                for controller in ("memory", "pids"):
-                    path = _below(root / controller, own.get(controller, "/")) / name
-                    path.mkdir()
-                    made[controller] = path
-                (made["memory"] / "memory.limit_in_bytes").write_text(str(limits.memory_bytes))
-                swap = made["memory"] / "memory.memsw.limit_in_bytes"
-                if swap.exists():
-                    swap.write_text(str(limits.memory_bytes))
-                (made["pids"] / "pids.max").write_text(str(limits.processes))
-        except OSError:
-            # v2 below a cgroup that has processes of its own cannot hand its controllers
-            # down ("no internal processes"): no cgroup rather than one that escapes the
-            # instructor's limits.
-            cls(made).remove()
-            return None
-        return cls(made)
-
-    def join_prefix(self) -> list[str]:
-        """A shell that moves itself into this cgroup, then ``exec``s the command after it."""
-        writes = "; ".join(f'echo $$ > "{d / "cgroup.procs"}"' for d in self.dirs.values())
-        return ["/bin/sh", "-c", f'{writes} && exec "$@"', "labkit-cgroup"]
-
-    def memory_exceeded(self) -> bool:
-        """Whether the kernel had to kill a process of this proxy for memory."""
-        events = [
-            self.dirs[key] / name
-            for key, name in (("unified", "memory.events"), ("memory", "memory.oom_control"))
-            if key in self.dirs
-        ]
-        for path in events:
-            try:
-                lines = path.read_text().splitlines()
-            except OSError:
-                continue
-            for line in lines:
-                key, _, value = line.partition(" ")
-                if key == "oom_kill" and value.strip().isdigit():
-                    return int(value) > 0
-        return False
-
-    def kill_all(self) -> None:
-        """SIGKILL whatever is still in the cgroup (a daemon that escaped its session)."""
-        for directory in self.dirs.values():
-            try:
-                pids = (directory / "cgroup.procs").read_text().split()
-            except OSError:
-                continue
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, PermissionError, ValueError):
-                    pass
-
-    def remove(self) -> None:
-        self.kill_all()
-        for directory in self.dirs.values():
-            for _ in range(50):
-                try:
-                    directory.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:  # processes still leaving
-                    time.sleep(0.02)
 
 
 class Isolation:

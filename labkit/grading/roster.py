@@ -2,8 +2,9 @@
 
 Each submission is graded by ``python -m labkit.grading.worker`` in its own process, with a
 stripped environment and a hard time limit, so a submission that hangs, crashes or floods
-memory costs only its own slot. ``jobs`` workers run at once (default: the cores this process
-may use).
+memory costs only its own slot. The worker prints one typed ``WorkerOutcome``: a report, or a
+setup error that becomes ``GradingError`` here. ``jobs`` workers run at once (default: the
+cores this process may use).
 
 Submissions are ``.py`` files, or folders holding a ``proxy.py`` (the folder names the
 learner); a folder given on the command line is searched one level deep for both.
@@ -11,7 +12,6 @@ learner); a folder given on the command line is searched one level deep for both
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -29,6 +29,7 @@ from labkit.errors import LabkitError
 from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.rubric import Rubric
 from labkit.grading.sandbox import clean_env
+from labkit.grading.worker import WorkerOutcome
 
 __all__ = [
     "GradingError",
@@ -129,10 +130,10 @@ def grade_in_worker(
                 f"grading did not finish within {limit:g} s and was stopped.",
             )
             return _failed(submission, rubric, ids, problem, time.monotonic() - started)
-    if process.returncode == 2:
-        raise GradingError(err.decode(errors="replace").strip().removeprefix("error: "))
     try:
-        return SubmissionReport.from_json(json.loads(out), rubric)
+        outcome = WorkerOutcome.parse(out)
+        if outcome.kind == "report":
+            return SubmissionReport.from_json(outcome.report, rubric)
     except (ValueError, KeyError, TypeError):
         tail = "\n".join(err.decode(errors="replace").strip().splitlines()[-15:])
         problem = Problem(
@@ -141,6 +142,7 @@ def grade_in_worker(
             tail,
         )
         return _failed(submission, rubric, ids, problem, time.monotonic() - started)
+    raise GradingError(outcome.error)  # "setup_error": the CLI prints it after "error: "
 
 
 def _failed(

@@ -26,8 +26,7 @@ from labkit.errors import (
 )
 from labkit.grading.isolation import Cgroup, Isolation, choose
 from labkit.grading.report import Problem
-from labkit.handles import registry
-from labkit.subprocess_server import SubprocessServer
+from labkit.servers import CHILD_MODULE, SubprocessServer, next_name
 
 __all__ = [
     "KEPT_ENV",
@@ -101,7 +100,7 @@ class SandboxedProxy(SubprocessServer):
             outer = psutil.Process(self.process.pid)
             for process in [outer, *outer.children(recursive=True)]:
                 # the wrappers' own command lines hold the served command as arguments
-                if process.cmdline()[1:3] == ["-m", "labkit._serve_child"]:
+                if process.cmdline()[1:3] == ["-m", CHILD_MODULE]:
                     return int(process.pid)
         except psutil.Error:
             pass
@@ -140,7 +139,7 @@ def start_proxy(
 
     proxy = SandboxedProxy(
         os.fspath(submission),
-        name=registry.next_name("submission"),
+        name=next_name("submission"),
         env=env,
         inherit_env=False,
         cwd=cwd,

@@ -1,11 +1,14 @@
-"""Grade one file in this process and print the report as JSON: ``labkit grade``'s worker.
+"""Grade one file in this process and print the outcome as JSON: ``labkit grade``'s worker.
 
 ``python -m labkit.grading.worker FILE [--name NAME] [--rubric TOML] [--only ID ...]``
 
 The CLI starts it with a stripped environment (``sandbox.clean_env``), so the learner's proxy,
 which inherits this environment, never sees the instructor's secrets; and with a hard time
-limit, so nothing a submission does can stall the caller. Exit status 0 with the report on
-stdout, or 2 with the reason on stderr when grading itself could not be set up.
+limit, so nothing a submission does can stall the caller. Its stdout is one
+:class:`WorkerOutcome` as JSON, whose ``kind`` says what it holds: ``report`` (the submission's
+report) or ``setup_error`` (grading itself could not be set up, and why). The exit status (0, or
+2 for a setup error, with the reason on stderr too) is for a person running it by hand; the
+parent reads the outcome.
 """
 
 from __future__ import annotations
@@ -14,10 +17,41 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
 
 from labkit.errors import LabkitError
 from labkit.grading.grader import agrade_file
 from labkit.grading.rubric import Rubric
+
+__all__ = ["OutcomeKind", "WorkerOutcome", "main"]
+
+OutcomeKind = Literal["report", "setup_error"]
+_KINDS: frozenset[str] = frozenset(get_args(OutcomeKind))
+
+
+@dataclass(frozen=True)
+class WorkerOutcome:
+    """What one worker run came to: a report (its JSON), or why grading could not start."""
+
+    kind: OutcomeKind
+    report: dict[str, Any] = field(default_factory=dict)
+    error: str = ""  # for "setup_error": the reason, as the CLI prints it after "error: "
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, "report": self.report, "error": self.error})
+
+    @classmethod
+    def parse(cls, text: str | bytes) -> WorkerOutcome:
+        """The outcome a worker printed. Raises ``ValueError`` for anything else (a worker that
+        died before it printed one)."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("kind") not in _KINDS:
+            raise ValueError(f"not a worker outcome: {str(data)[:200]!r}")
+        report, error = data.get("report", {}), data.get("error", "")
+        if not isinstance(report, dict) or not isinstance(error, str):
+            raise ValueError(f"not a worker outcome: {str(data)[:200]!r}")
+        return cls(data["kind"], report, error)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         report = asyncio.run(agrade_file(args.file, rubric, name=args.name, only=args.only))
     except (LabkitError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        sys.stdout.write(WorkerOutcome("setup_error", error=str(exc)).to_json() + "\n")
         return 2
-    json.dump(report.to_json(), sys.stdout)
-    sys.stdout.write("\n")
+    sys.stdout.write(WorkerOutcome("report", report=report.to_json()).to_json() + "\n")
     return 0
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from bench import configs, report, runner, stats  # the repository root is on pytest's pythonpath
 from bench.loadgen import Dechunker
+from labkit.servers import ExternalServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,7 +144,7 @@ def test_every_kind_of_configuration_has_its_launcher() -> None:
     assert set(configs.LAUNCHERS) == set(get_args(configs.Kind))
     direct = configs.select(None, quick=True)[0]
     assert direct.launcher.unavailable(direct) is None
-    upstream = configs.Server("mock", "http://127.0.0.1:1", 1, pid=None)
+    upstream = ExternalServer("http://127.0.0.1:1", name="mock")
     assert direct.start(upstream).url == upstream.url  # the direct path starts nothing
     for config in configs.CONFIGS:
         assert config.launcher is configs.LAUNCHERS[config.kind]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from labkit import serve
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 from mock_upstream import create_app
 from solutions import proxy as reference
 

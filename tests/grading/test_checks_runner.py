@@ -12,7 +12,7 @@ from labkit.checks import CHECK_IDS
 from labkit.checks.catalogue import Check, select
 from labkit.checks.context import CheckContext
 from labkit.checks.runner import run_one
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 
 
 def test_reference_passes_the_quick_checks_in_catalogue_order(

@@ -11,7 +11,7 @@ import pytest
 
 from labkit.checks import CHECK_IDS
 from labkit.cli import main
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 
 SYNTAX_ERROR = "def broken(:\n    pass\n"
 BAD_SUBMISSIONS = {
@@ -72,6 +72,35 @@ def test_a_bad_rubric_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFix
     rubric.write_text("[weights]\ntrikle = 2\n")
     assert main(["grade", "missing.py", "--rubric", str(rubric)]) == 2
     assert "unknown check 'trikle' in [weights]" in capsys.readouterr().err
+
+
+def test_a_worker_that_cannot_set_up_grading_raises_grading_error_with_its_reason(
+    tmp_path: Path,
+) -> None:
+    """The worker reports a typed ``setup_error`` outcome; the roster raises it as is."""
+    from labkit.grading.roster import GradingError, Submission, grade_in_worker
+    from labkit.grading.rubric import Rubric
+
+    bad = tmp_path / "rubric.toml"
+    bad.write_text("[weights]\ntrikle = 2\n")  # the worker loads it: this process does not
+    submission = tmp_path / "proxy.py"
+    submission.write_text("app = None\n")
+    with pytest.raises(GradingError) as info:
+        grade_in_worker(Submission("alice", submission), Rubric(), rubric_path=str(bad))
+    message = str(info.value)
+    assert "unknown check 'trikle' in [weights]" in message
+    assert not message.startswith("error: ")
+
+
+def test_a_worker_outcome_is_a_report_or_a_setup_error_and_nothing_else() -> None:
+    from labkit.grading.worker import WorkerOutcome
+
+    outcome = WorkerOutcome("setup_error", error="no mock")
+    assert WorkerOutcome.parse(outcome.to_json()) == outcome
+    assert WorkerOutcome.parse(WorkerOutcome("report", {"a": 1}).to_json()).report == {"a": 1}
+    for text in ('{"name": "alice"}', '{"kind": "crashed"}', "[]", "Traceback"):
+        with pytest.raises(ValueError):
+            WorkerOutcome.parse(text)
 
 
 def test_a_syntax_error_is_reported_plainly_and_scored_zero(

@@ -167,7 +167,7 @@ def test_the_served_process_is_found_inside_the_sandbox_wrappers(tmp_path: Path)
     try:
         assert proxy.server_pid is not None
         command = psutil.Process(proxy.server_pid).cmdline()
-        assert command[1:3] == ["-m", "labkit._serve_child"]
+        assert command[1:3] == ["-m", "labkit.servers._child"]
     finally:
         proxy.stop()
 
@@ -191,3 +191,39 @@ def test_a_load_failure_is_classified_by_what_was_raised(
     problem = problem_from(exc, "proxy.py")
     assert problem.kind == kind
     assert problem.message.startswith("proxy.py ")
+
+
+def test_one_cgroup_class_sets_cpu_memory_and_processes_on_cgroup_v2(tmp_path: Path) -> None:
+    """The grader's proxies (memory, pids) and the small-container bench (cpu, memory) use the
+    same class; on v2 it is one directory below this process's own, with each limit's file."""
+    from labkit.grading.cgroups import CgroupLimits, CgroupUnavailable
+
+    (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "cgroup.controllers").write_text("cpu memory pids\n")
+    limits = CgroupLimits(cpu=0.5, memory_bytes=768 * 1024 * 1024, processes=7)
+    group = Cgroup.make(limits, root=tmp_path, proc_cgroup="0::/job\n")
+    folder = group.dirs["unified"]
+    assert group.version == 2 and folder.parent == tmp_path / "job"
+    assert (folder / "cpu.max").read_text() == "50000 100000"
+    assert (folder / "memory.max").read_text() == str(768 * 1024 * 1024)
+    assert (folder / "pids.max").read_text() == "7"
+    assert (tmp_path / "job" / "cgroup.subtree_control").read_text() == "+cpu +memory +pids"
+    (tmp_path / "job" / "cgroup.controllers").write_text("memory pids\n")
+    with pytest.raises(CgroupUnavailable, match="cgroup v2 without cpu"):
+        Cgroup.make(limits, root=tmp_path, proc_cgroup="0::/job\n")
+
+
+def test_one_cgroup_class_sets_a_cpu_quota_on_cgroup_v1(tmp_path: Path) -> None:
+    from labkit.grading.cgroups import CgroupLimits
+
+    for controller in ("cpu", "memory"):
+        (tmp_path / controller).mkdir()
+    group = Cgroup.make(
+        CgroupLimits(cpu=0.25, memory_bytes=1 << 20), root=tmp_path, below_own=False
+    )
+    assert group.version == 1 and set(group.dirs) == {"cpu", "memory"}
+    assert group.dirs["cpu"].parent == tmp_path / "cpu"
+    assert (group.dirs["cpu"] / "cpu.cfs_quota_us").read_text() == "25000"
+    assert (group.dirs["cpu"] / "cpu.cfs_period_us").read_text() == "100000"
+    assert (group.dirs["memory"] / "memory.limit_in_bytes").read_text() == str(1 << 20)

@@ -15,7 +15,7 @@ import pytest
 
 from labkit import capture_stream, serve
 from labkit.errors import AppStartupError
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 from solutions import aiohttp_proxy
 from solutions import proxy as reference
 

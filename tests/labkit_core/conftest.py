@@ -11,7 +11,7 @@ import pytest
 from labkit_core_support import make_stream_app
 
 from labkit import ThreadServer, serve
-from labkit.handles import registry
+from labkit.servers._handles import registry
 
 
 @pytest.fixture

@@ -152,7 +152,7 @@ def test_external_server_url_message_is_pinned() -> None:
 
 
 def test_unbindable_address_message_is_pinned() -> None:
-    from labkit.handles import bind_socket
+    from labkit.servers import bind_socket
 
     with pytest.raises(ServerStartError) as info:
         bind_socket("192.0.2.1", 0, name="proxy")  # TEST-NET-1: not an address of this host

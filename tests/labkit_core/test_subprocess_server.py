@@ -111,8 +111,8 @@ def test_an_import_error_is_reported_plainly(tmp_path: Path) -> None:
 
 
 def test_every_way_a_child_can_fail_to_start_has_its_error_class(tmp_path: Path) -> None:
-    from labkit import subprocess_server
-    from labkit._child_status import KINDS, ChildStatus
+    from labkit.servers import _subprocess as subprocess_server
+    from labkit.servers._status import KINDS, ChildStatus
 
     assert set(subprocess_server._START_ERRORS) == KINDS - {"ready"}
     path = tmp_path / "ready.json"

@@ -1,4 +1,4 @@
-"""labkit.nginx: a real nginx on loopback with a generated config (skipped without nginx)."""
+"""labkit.servers.nginx: a real nginx on loopback, generated config (skipped without nginx)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from labkit import serve
-from labkit.nginx import INSTALL_HINT, NginxNotFoundError, find_nginx, start_nginx
+from labkit.servers.nginx import INSTALL_HINT, NginxNotFoundError, find_nginx, start_nginx
 
 needs_nginx = pytest.mark.skipif(
     shutil.which("nginx") is None and not os.path.exists("/usr/sbin/nginx"),
@@ -31,7 +31,7 @@ def _app():
 
 def test_missing_nginx_error_says_how_to_install(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    monkeypatch.setattr("labkit.nginx._SEARCH_PATH", ())
+    monkeypatch.setattr("labkit.servers.nginx._SEARCH_PATH", ())
     with pytest.raises(NginxNotFoundError) as info:
         find_nginx()
     assert "apt-get install nginx" in str(info.value)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 
-from mock_support import USER, LiveServer
+import httpx
+import pytest
+from mock_support import USER, LiveServer, serve
 
 from mock_upstream import Scenario, create_app
 from mock_upstream.plan import Prompt, build_plan
@@ -139,3 +142,35 @@ def test_a_long_plan_is_made_in_no_time_and_says_how_long_it_is() -> None:
     assert (plan.completion_tokens, plan.finish) == (10**9, "length")
     first = next(plan.steps())
     assert first[0] == 0 and 1 <= len(first[1].tokens) <= 3
+
+
+def _quiet_filters() -> list[logging.Filter]:
+    from mock_upstream.stream import QuietDropFilter
+
+    return [f for f in logging.getLogger("uvicorn.error").filters if isinstance(f, QuietDropFilter)]
+
+
+def test_building_an_app_changes_no_logger_and_serving_it_keeps_drops_out_of_the_log(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """An intended drop (``drop_after``) is not logged as "Exception in ASGI application", but
+    only while a mock is served: building an app changes no global logger."""
+    before = list(logging.getLogger("uvicorn.error").filters)
+    app = create_app(Scenario(ttft_ms=0, tps=1000, tokens=10))
+    assert logging.getLogger("uvicorn.error").filters == before
+    for url in serve(app):
+        assert len(_quiet_filters()) == 1
+        with httpx.Client(base_url=url, timeout=5.0) as client:
+            with pytest.raises(httpx.RemoteProtocolError):
+                with client.stream(
+                    "POST",
+                    "/v1/chat/completions",
+                    json={"model": "mock-gpt", "messages": USER, "stream": True},
+                    headers={"X-Mock-Scenario": "drop_after=3"},
+                ) as response:
+                    for _ in response.iter_bytes():
+                        pass
+            assert client.get("/healthz").status_code == 200  # the mock goes on serving
+    assert logging.getLogger("uvicorn.error").filters == before
+    err = capfd.readouterr().err
+    assert "ConnectionDropped" not in err and "Exception in ASGI application" not in err

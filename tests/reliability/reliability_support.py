@@ -26,7 +26,7 @@ import openai
 
 from labkit import MockUpstream, capture_stream, serve, serve_subprocess
 from labkit.capture import Capture
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 from mock_upstream import create_app
 
 CHAT = "/v1/chat/completions"

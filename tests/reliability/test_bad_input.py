@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from upstream_fakes import ScriptedUpstream, chat_frames
 
 from labkit import capture_stream, serve
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 from mock_upstream import Scenario, create_app
 from mock_upstream.bodies import MAX_BODY_BYTES as MOCK_MAX_BODY
 from mock_upstream.scenario import KEYS

@@ -13,10 +13,9 @@ from fastapi import FastAPI
 
 import labkit
 from labkit import serve, serve_subprocess, start_mock_upstream
-from labkit._serve_child import main as _child_main
-from labkit.nginx import NginxServer
-from labkit.subprocess_server import SubprocessServer
-from labkit.thread_server import ThreadServer
+from labkit.servers import SubprocessServer, ThreadServer
+from labkit.servers._child import main as _child_main
+from labkit.servers.nginx import NginxServer
 from mock_upstream.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,7 @@ from upstream_fakes import ScriptedUpstream, chat_frames
 import solutions.aiohttp_proxy
 import solutions.proxy
 from labkit import capture_stream, serve, serve_subprocess
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-7f3a9c1e5b2d4e6f8a0b"

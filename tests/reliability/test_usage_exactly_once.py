@@ -14,7 +14,7 @@ import pytest
 from upstream_fakes import ScriptedUpstream, chat_frames
 
 from labkit import capture_stream, serve
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 from solutions import aiohttp_proxy
 from solutions import proxy as reference
 

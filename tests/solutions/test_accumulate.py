@@ -10,7 +10,7 @@ from typing import Any
 import anthropic
 
 from labkit import capture_stream
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 from solutions.accumulate import accumulate_blocks, blocks, flat
 
 TOOLS = [

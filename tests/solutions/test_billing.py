@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from labkit import MockUpstream, capture_stream, serve
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 from solutions import proxy as reference
 from solutions.billing import PRICES, UnknownModelError, reconcile, reconciled_bill
 

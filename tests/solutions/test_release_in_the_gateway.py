@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from labkit import Capture, MockUpstream, capture_stream, serve
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 from labkit.stream_gateway import (
     ANSWERS_PATH,
     Immediate,

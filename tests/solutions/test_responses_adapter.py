@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from labkit import MockUpstream, capture_stream, serve
-from labkit.handles import ServerHandle
+from labkit.servers import ServerHandle
 from mock_upstream.openai_responses import REFUSAL
 from solutions import proxy as parts
 from solutions.responses_adapter import make_responses_adapter

@@ -1,9 +1,17 @@
-"""Start servers from a notebook or a test: serve, serve_subprocess, start_mock_upstream.
+"""Starting and stopping servers: one package, one public surface (this module).
 
-All three return a handle with ``.name``, ``.url``, ``.port``, ``.stop()``, usable as a context
-manager. Starting a server under a name that is already running stops the old one first, so
-re-running a notebook cell replaces its server instead of leaking one; whatever is still running
-at interpreter exit is stopped.
+``serve`` (an ASGI app on a thread), ``serve_subprocess`` (a file or module in a child Python
+process), ``start_mock_upstream`` and ``start_nginx`` (from ``nginx``) return a
+:class:`ServerHandle` with ``.name``, ``.url``, ``.port``, ``.stop()``, usable as a context
+manager. Starting a server under
+a name that is already running stops the old one first, so re-running a notebook cell replaces
+its server instead of leaking one; whatever is still running at interpreter exit is stopped.
+
+Inside: ``_handles`` (the handle, ``bind_socket``, the process's registry), ``_thread``
+(:class:`ThreadServer`), ``_process`` (:class:`ProcessServer`: any command in a session of its
+own, waited for and stopped whole; the bench starts its servers with it), ``_subprocess``
+(:class:`SubprocessServer`, a ``ProcessServer`` running ``_child``, which reports one typed
+``_status.ChildStatus``), ``nginx``.
 """
 
 from __future__ import annotations
@@ -13,17 +21,44 @@ from collections.abc import Mapping
 from typing import Any
 
 from labkit.errors import PortInUseError
-from labkit.handles import ExternalServer, ServerHandle, registry
-from labkit.subprocess_server import DEFAULT_SUBPROCESS_START_TIMEOUT, SubprocessServer
-from labkit.thread_server import DEFAULT_START_TIMEOUT, ThreadServer
+from labkit.servers._handles import ExternalServer, ServerHandle, bind_socket, registry
+from labkit.servers._process import ProcessServer
+from labkit.servers._subprocess import (
+    CHILD_MODULE,
+    DEFAULT_SUBPROCESS_START_TIMEOUT,
+    SubprocessServer,
+    resolve_target,
+)
+from labkit.servers._thread import DEFAULT_START_TIMEOUT, ThreadServer
+from labkit.servers.nginx import (
+    NginxNotFoundError,
+    NginxServer,
+    find_nginx,
+    nginx_version,
+    start_nginx,
+)
 
 __all__ = [
+    "CHILD_MODULE",
     "MOCK_UPSTREAM_NAME",
     "UPSTREAM_URL_ENV",
+    "ExternalServer",
+    "NginxNotFoundError",
+    "NginxServer",
+    "ProcessServer",
+    "ServerHandle",
+    "SubprocessServer",
+    "ThreadServer",
+    "bind_socket",
+    "find_nginx",
+    "next_name",
+    "nginx_version",
+    "resolve_target",
     "running_servers",
     "serve",
     "serve_subprocess",
     "start_mock_upstream",
+    "start_nginx",
     "stop_all",
 ]
 
@@ -134,6 +169,11 @@ class _MockUpstreamServer(ThreadServer):
     """The mock on a thread, remembering the defaults it was started with."""
 
     scenario_defaults: dict[str, Any]
+
+
+def next_name(prefix: str) -> str:
+    """A fresh server name such as ``submission-3`` (unique in this process)."""
+    return registry.next_name(prefix)
 
 
 def running_servers() -> list[ServerHandle]:

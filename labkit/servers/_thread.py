@@ -25,7 +25,7 @@ from typing import Any
 import uvicorn
 
 from labkit.errors import AppStartupError, ServerExitedError, StartTimeoutError
-from labkit.handles import ServerHandle, bind_socket, registry
+from labkit.servers._handles import ServerHandle, bind_socket, registry
 
 __all__ = ["DEFAULT_GRACEFUL_TIMEOUT", "DEFAULT_START_TIMEOUT", "ThreadServer"]
 

@@ -4,8 +4,8 @@ A handle has a name, a host and port, a ``url`` (no ``/v1``), ``stop()`` and wor
 manager. The registry exists for two behaviours the notebooks need: starting a server under a
 name that is already running stops the old one first (so re-running a cell replaces it), and
 everything still running is stopped when the interpreter exits. Both are about the process (a
-kernel outlives every cell), so the registry is the process's, and private to labkit's server
-modules: callers see it through ``labkit.running_servers()`` and ``labkit.stop_all()``.
+kernel outlives every cell), so the registry is the process's, and private to this package:
+callers see it through ``labkit.running_servers()`` and ``labkit.stop_all()``.
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ class ServerHandle(ABC):
         if ":" in host:
             host = f"[{host}]"
         return f"http://{host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The process that serves, when it is a child of ours (to meter or signal it)."""
+        return None
 
     @property
     @abstractmethod

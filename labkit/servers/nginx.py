@@ -3,8 +3,9 @@
 ``start_nginx(server_block)`` writes a complete ``nginx.conf`` around the ``server { ... }`` body
 you pass (your ``location`` blocks with their ``proxy_*`` directives), in a fresh temporary
 prefix directory that also holds the pid file, the error log and every temp path, and runs
-nginx as a non-daemon child process on a free loopback port. Nothing outside that directory is
-read or written, and nothing nginx prints reaches the caller's stdout or stderr.
+nginx as a non-daemon child process (a :class:`~labkit.servers.ProcessServer`) on a loopback
+socket bound here, which nginx inherits. Nothing outside that directory is read or written,
+and nothing nginx prints reaches the caller's stdout or stderr.
 
 The lesson's directives (``proxy_buffering``, ``proxy_read_timeout``) stay in the notebook; this
 module only supplies the boilerplate that makes nginx runnable as an unprivileged-looking test
@@ -15,16 +16,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Final
 
 from labkit.errors import LabkitError, ServerStartError
-from labkit.handles import ServerHandle, registry
+from labkit.servers._handles import bind_socket, registry
+from labkit.servers._process import ProcessServer
 
 __all__ = [
     "INSTALL_HINT",
@@ -42,10 +41,9 @@ INSTALL_HINT: Final = (
 )
 DEFAULT_START_TIMEOUT: Final = 5.0
 _SEARCH_PATH: Final = ("/usr/sbin", "/usr/local/sbin", "/usr/local/nginx/sbin", "/opt/homebrew/bin")
-_PORT_ATTEMPTS: Final = 5
 
 _CONFIG_TEMPLATE: Final = """\
-# Written by labkit.nginx for one lab experiment.
+# Written by labkit.servers.nginx for one lab experiment.
 daemon off;
 master_process on;
 worker_processes 1;
@@ -102,31 +100,36 @@ def nginx_version() -> str:
     return text.removeprefix("nginx version: ")
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def _indent(block: str) -> str:
     return "\n".join(("        " + line) if line.strip() else "" for line in block.splitlines())
 
 
-class NginxServer(ServerHandle):
-    """One nginx master process (and its worker) running a generated config."""
+class NginxServer(ProcessServer):
+    """One nginx master process (and its worker) running a generated config.
+
+    The listening socket is bound here (``bind_socket``, port 0) and inherited by nginx, which
+    takes it from ``NGINX=fd;`` instead of binding the ``listen`` address itself: the port is
+    ours from the moment it is chosen, so no other process can take it first.
+    """
 
     def __init__(self, server_block: str, *, name: str, host: str = "127.0.0.1") -> None:
-        self.name = name
-        self.host = host
-        self.port = 0
         self.server_block = server_block
         self.prefix = Path(tempfile.mkdtemp(prefix="labkit-nginx-"))
         self.conf_path = self.prefix / "nginx.conf"
-        self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        super().__init__(
+            [],
+            name=name,
+            host=host,
+            port=0,
+            workdir=self.prefix,
+            start_timeout=DEFAULT_START_TIMEOUT,
+            stop_grace=5.0,
+            merge_stderr=True,
+        )
+        self.poll_interval = 0.02
+        # A failed start leaves the prefix in place: its error message names the config and
+        # the error log in it.
+        self.remove_on_failed_start = False
 
     def config_text(self, port: int) -> str:
         """The whole nginx.conf this server runs with, for ``port``."""
@@ -141,92 +144,66 @@ class NginxServer(ServerHandle):
         path = self.prefix / "error.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
+    def ready(self) -> bool:
+        """nginx wrote its pid file: its config is loaded and it holds the socket. (A connect
+        would succeed at once: the socket listens from the moment it is bound here.)"""
+        return (self.prefix / "nginx.pid").exists()
+
+    def _argv(self, executable: str, *extra: str) -> list[str]:
+        prefix = str(self.prefix)
+        return [
+            executable,
+            *extra,
+            "-p",
+            prefix,
+            "-e",
+            f"{prefix}/error.log",
+            "-c",
+            str(self.conf_path),
+        ]
+
     def start(self, timeout: float = DEFAULT_START_TIMEOUT) -> NginxServer:
         executable = find_nginx()
-        for _ in range(_PORT_ATTEMPTS):
-            port = _free_port(self.host)
-            self.conf_path.write_text(self.config_text(port))
+        self.start_timeout = timeout
+        sock = bind_socket(self.host, 0, name=self.name)
+        self.port = sock.getsockname()[1]
+        self.conf_path.write_text(self.config_text(self.port))
+        # nginx takes listening sockets from $NGINX ("fd;fd;") when one matches a `listen`.
+        inherited = {"NGINX": f"{sock.fileno()};"}
+        try:
             test = subprocess.run(
-                [
-                    executable,
-                    "-t",
-                    "-q",
-                    "-p",
-                    str(self.prefix),
-                    "-e",
-                    str(self.prefix / "error.log"),
-                    "-c",
-                    str(self.conf_path),
-                ],
+                self._argv(executable, "-t", "-q"),
                 capture_output=True,
                 text=True,
                 timeout=10,
                 check=False,
+                env={**os.environ, **inherited},
+                pass_fds=(sock.fileno(),),
             )
-            if test.returncode != 0:
-                raise ServerStartError(
-                    f"nginx rejected the generated config {self.conf_path}: "
-                    f"{test.stderr.strip()} Fix the server block you passed to start_nginx().",
-                    name=self.name,
-                )
-            self._process = subprocess.Popen(
-                [
-                    executable,
-                    "-p",
-                    str(self.prefix),
-                    "-e",
-                    str(self.prefix / "error.log"),
-                    "-c",
-                    str(self.conf_path),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
+        except BaseException:
+            sock.close()
+            raise
+        if test.returncode != 0:
+            sock.close()
+            raise ServerStartError(
+                f"nginx rejected the generated config {self.conf_path}: "
+                f"{test.stderr.strip()} Fix the server block you passed to start_nginx().",
+                name=self.name,
             )
-            if self._wait_listening(port, timeout):
-                self.port = port
-                registry.add(self)
-                return self
-            self._terminate()
-            if "Address already in use" not in self.error_log():
-                break  # some other failure: retrying on another port will not help
-        log = self.error_log().strip().splitlines()
-        raise ServerStartError(
-            f"nginx did not start listening within {timeout} s; its error log "
-            f"({self.prefix / 'error.log'}) ends with: {log[-1] if log else '(empty)'}. "
-            "Run `nginx -t -c` on that config to see what is wrong.",
-            name=self.name,
-        )
-
-    def _wait_listening(self, port: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process is None or self._process.poll() is not None:
-                return False
-            try:
-                with socket.create_connection((self.host, port), timeout=0.2):
-                    return True
-            except OSError:
-                time.sleep(0.02)
-        return False
-
-    def _terminate(self) -> None:
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)  # fast shutdown: open streams are closed
+        self.argv = self._argv(executable)
+        self.env = inherited
+        self.sock = sock  # handed to nginx, closed here once it has it
         try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=5)
-
-    def stop(self) -> None:
-        """Stop nginx and remove its temporary prefix (config, logs, temp files)."""
-        self._terminate()
-        registry.discard(self)
-        shutil.rmtree(self.prefix, ignore_errors=True)
+            super().start()
+        except ServerStartError:
+            log = self.error_log().strip().splitlines()
+            raise ServerStartError(
+                f"nginx did not start listening within {timeout} s; its error log "
+                f"({self.prefix / 'error.log'}) ends with: {log[-1] if log else '(empty)'}. "
+                "Run `nginx -t -c` on that config to see what is wrong.",
+                name=self.name,
+            ) from None
+        return self
 
 
 def start_nginx(

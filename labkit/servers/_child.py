@@ -1,8 +1,8 @@
 """Child side of ``serve_subprocess``: load a target, serve it, report back through a file.
 
-Run as ``python -m labkit._serve_child --target T --ready-file F ...``. The child binds the socket
+Run as ``python -m labkit.servers._child --target T --ready-file F ...``. The child binds the socket
 itself (port 0 by default) and, once uvicorn is serving, writes a ``ready``
-:class:`~labkit._child_status.ChildStatus` with the port to the ready file. If it cannot get
+:class:`~labkit.servers._status.ChildStatus` with the port to the ready file. If it cannot get
 that far it writes the status that says why (``load_error``, ``port_in_use``, ``bind_error``,
 ``startup_failed``, with the error and its traceback), so the parent can raise the matching
 error with a plain message. Everything the target prints goes to this process's stdout/stderr,
@@ -25,9 +25,9 @@ from typing import Any
 
 import uvicorn
 
-from labkit._child_status import ChildStatus
 from labkit.errors import PortInUseError, ServerStartError
-from labkit.handles import bind_socket
+from labkit.servers._handles import bind_socket
+from labkit.servers._status import ChildStatus
 
 GRACEFUL_TIMEOUT = 1
 
@@ -86,7 +86,7 @@ def _watch(server: uvicorn.Server, ready_file: str, port: int, parent_pid: int) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labkit._serve_child")
+    parser = argparse.ArgumentParser(prog="python -m labkit.servers._child")
     parser.add_argument("--target", required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--host", default="127.0.0.1")

@@ -1,8 +1,8 @@
 """What a server's child process tells its parent about its start: one typed status in a file.
 
-The child (``labkit._serve_child``) writes exactly one :class:`ChildStatus` to the ready file the
+The child (``labkit.servers._child``) writes exactly one :class:`ChildStatus` to the ready file the
 parent named, whole and then renamed into place, so the parent never reads half of one. Its
-``kind`` says how the start went; the parent (``labkit.subprocess_server``) turns every kind but
+``kind`` says how the start went; the parent (``labkit.servers._subprocess``) turns every kind but
 ``ready`` into the matching error class of ``labkit.errors``.
 """
 
