@@ -28,8 +28,7 @@ from typing import ClassVar, Literal
 
 from bench.mock_server import SCENARIO_ENV
 from labkit.errors import ServerExitedError, ServerStartError, StartTimeoutError
-from labkit.servers import ExternalServer, ProcessServer, bind_socket
-from labkit.servers import ServerHandle as Server
+from labkit.servers import ExternalServer, ProcessServer, ServerHandle, bind_socket
 
 HOST = "127.0.0.1"
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +37,8 @@ LITELLM_VENV = ROOT / "bench" / ".venv-litellm"
 START_TIMEOUT_S = 20.0
 LITELLM_START_TIMEOUT_S = 90.0
 NGINX_PATH = "/usr/sbin:/usr/local/sbin:/usr/bin:/bin"
+
+Server = ServerHandle  # the bench's name for a started server's handle
 
 Kind = Literal["direct", "uvicorn", "nginx", "litellm"]
 

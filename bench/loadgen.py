@@ -85,6 +85,7 @@ class Stream:
     """What one stream saw. ``start`` and ``first`` are monotonic; ``gaps`` in seconds."""
 
     start: float
+    seed: int = -1  # the request's: the same seed asks the mock for the same answer
     status: int = 0
     first: float | None = None
     last: float | None = None
@@ -137,6 +138,7 @@ async def run_stream(
     ``settled`` is set once the response head arrived or the attempt failed."""
     stream = stream or Stream(start=time.monotonic())
     stream.start = time.monotonic()
+    stream.seed = seed
     port = spec["port"]
     try:
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + deadline - stream.start):
@@ -284,6 +286,7 @@ def summarise(spec: dict[str, Any], streams: list[Stream], wall: float) -> dict[
         "failed": sum(1 for s in streams if s.error and s.error != "held"),
         "errors": errors,
         "ttft_s": [s.first - s.start for s in streams if s.first is not None],
+        "ttft_by_seed": {s.seed: s.first - s.start for s in streams if s.first is not None},
         "gaps_s": [g for s in streams for g in s.gaps],
         "stream_median_gaps_s": [sorted(s.gaps)[len(s.gaps) // 2] for s in streams if s.gaps],
         "events": sum(s.events for s in streams),

@@ -40,6 +40,24 @@ def _get(figures: Mapping[str, Any], *path: str) -> float:
     return float(node) if isinstance(node, int | float) else NAN
 
 
+def _steady_added(figures: Mapping[str, Any], direct: Mapping[str, Any]) -> tuple[float, float]:
+    """Added steady TTFT p50 and p99 (ms): per request against direct's same seed
+    (:func:`bench.stats.paired_added`), or, for results saved before seeds were kept, the
+    difference of the two runs' percentiles."""
+    through = figures.get("steady", {}).get("ttft_by_seed_ms")
+    floor = direct.get("steady", {}).get("ttft_by_seed_ms")
+    if through and floor:
+        p50, p99, n = stats.paired_added(
+            {k: v / 1000 for k, v in through.items()}, {k: v / 1000 for k, v in floor.items()}
+        )
+        if n:
+            return p50, p99
+    return (
+        _get(figures, "steady", "ttft", "p50_ms") - _get(direct, "steady", "ttft", "p50_ms"),
+        _get(figures, "steady", "ttft", "p99_ms") - _get(direct, "steady", "ttft", "p99_ms"),
+    )
+
+
 def derived(result: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     """Per configuration: added figures over direct and ratios to direct and nginx."""
     configs = result["configs"]
@@ -48,11 +66,10 @@ def derived(result: Mapping[str, Any]) -> dict[str, dict[str, float]]:
     nginx = configs.get("nginx", {})
     out: dict[str, dict[str, float]] = {}
     for name, figures in configs.items():
+        steady_p50, steady_p99 = _steady_added(figures, direct)
         row = {
-            "steady_ttft_p50_added_ms": _get(figures, "steady", "ttft", "p50_ms")
-            - _get(direct, "steady", "ttft", "p50_ms"),
-            "steady_ttft_p99_added_ms": _get(figures, "steady", "ttft", "p99_ms")
-            - _get(direct, "steady", "ttft", "p99_ms"),
+            "steady_ttft_p50_added_ms": steady_p50,
+            "steady_ttft_p99_added_ms": steady_p99,
             "burst_ttft_p50_added_ms": _get(figures, "burst", "ttft", "p50_ms")
             - _get(direct, "burst", "ttft", "p50_ms"),
             "burst_ttft_p99_added_ms": _get(figures, "burst", "ttft", "p99_ms")
@@ -82,8 +99,7 @@ def derived(result: Mapping[str, Any]) -> dict[str, dict[str, float]]:
             _get(figures, "burst", "ttft", "p50_ms"), _get(nginx, "burst", "ttft", "p50_ms")
         )
         row["steady_vs_nginx"] = ratio(
-            row["steady_ttft_p50_added_ms"],
-            _get(nginx, "steady", "ttft", "p50_ms") - _get(direct, "steady", "ttft", "p50_ms"),
+            row["steady_ttft_p50_added_ms"], _steady_added(nginx, direct)[0]
         )
         row["request_cpu_ms"] = _get(figures, "burst", "cpu_ms_per_request")
         row["cpu_vs_nginx"] = ratio(

@@ -174,6 +174,10 @@ def timing(raw: dict[str, Any]) -> dict[str, Any]:
         "events": raw["events"],
         "loadgen_cpu_s": raw["loadgen_cpu_s"],
         "wall_s": raw["wall_s"],
+        # per request, so the report can compare a configuration with direct seed by seed
+        "ttft_by_seed_ms": {
+            seed: round(t * 1000, 3) for seed, t in raw.get("ttft_by_seed", {}).items()
+        },
     }
 
 
@@ -182,6 +186,8 @@ def pooled(raws: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for raw in raws:
         for key, value in raw.items():
+            if key == "ttft_by_seed":  # rounds repeat their seeds: nothing to pair by
+                continue
             if isinstance(value, list):
                 out[key] = [*out.get(key, []), *value]
             elif isinstance(value, dict):

@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import get_args
 
@@ -133,6 +134,42 @@ def test_table_shows_added_figures_and_ratios_to_nginx() -> None:
     assert met["burst"] is True
 
 
+def test_added_steady_ttft_is_taken_request_by_request_where_the_floor_has_several_modes() -> None:
+    """Bug: the mock's first token comes after 20, 70 or 120 ms (a first chunk of one, two or
+    three tokens), so the direct path's TTFT is a mixture, and the difference of two runs' p50s
+    swung by tens of ms when one run's share of one-token first chunks was near one half: the
+    aiohttp reference "added" 24 ms at p50 and 3 ms at p99. Fix: the same seed asks for the same
+    answer, so the added time is taken per request, against direct's time for that seed."""
+    modes = [20.0, 70.0, 120.0]
+    floor = {str(seed): modes[seed % 2] for seed in range(200)}  # 20 or 70 ms by turns
+    floor.update({str(seed): modes[0] for seed in range(200, 220)})  # p50: in the 20 ms mode
+    floor.update({str(seed): modes[2] for seed in range(220, 230)})
+    # the configuration adds 1.5 ms to every request, but its closed loop ended before a few
+    # of the short-first-token seeds ran
+    through = {
+        seed: ms + 1.5 for seed, ms in floor.items() if not (int(seed) % 2 == 0 and int(seed) < 60)
+    }
+    direct = _figures(0.0, 100.0, 0.1)
+    proxy = _figures(0.0, 100.0, 0.2)
+    for figures, by_seed in ((direct, floor), (proxy, through)):
+        steady = figures["steady"]
+        assert isinstance(steady, dict)
+        steady["ttft"] = asdict(stats.Summary.of([ms / 1000 for ms in by_seed.values()]))
+        steady["ttft_by_seed_ms"] = by_seed
+    naive = proxy["steady"]["ttft"]["p50_ms"] - direct["steady"]["ttft"]["p50_ms"]  # type: ignore[index]
+    assert naive > 10  # the difference of the mixtures' p50s: not what the proxy added
+    added = report.derived({"configs": {"direct": direct, "proxy": proxy}})["proxy"]
+    assert added["steady_ttft_p50_added_ms"] == pytest.approx(1.5)
+    assert added["steady_ttft_p99_added_ms"] == pytest.approx(1.5)
+
+
+def test_added_steady_ttft_falls_back_to_percentiles_for_results_without_seeds() -> None:
+    added = report.derived(
+        {"configs": {"direct": _figures(20.0, 100.0, 0.1), "proxy": _figures(21.5, 110.0, 0.2)}}
+    )["proxy"]
+    assert (added["steady_ttft_p50_added_ms"], added["steady_ttft_p99_added_ms"]) == (1.5, 3.0)
+
+
 def test_select_always_puts_direct_first_and_rejects_unknown_names() -> None:
     assert [c.name for c in configs.select(["nginx"], quick=False)] == ["direct", "nginx"]
     assert "reference" in [c.name for c in configs.select(None, quick=True)]
@@ -178,6 +215,7 @@ def test_loadgen_measures_a_small_steady_run_against_the_mock() -> None:
     assert result["failed"] == 0, result["errors"]
     assert result["completed"] >= 3
     assert len(result["ttft_s"]) == result["completed"]
+    assert sorted(result["ttft_by_seed"].values()) == sorted(result["ttft_s"])  # one per seed
     # wide sanity only: 10 tokens at 50/s with a 10 ms first token
     assert 0.0 < min(result["ttft_s"]) < 5.0
     assert 0.0 < stats.percentile(result["gaps_s"], 0.5) < 1.0
