@@ -47,9 +47,7 @@ def _steady_added(figures: Mapping[str, Any], direct: Mapping[str, Any]) -> tupl
     through = figures.get("steady", {}).get("ttft_by_seed_ms")
     floor = direct.get("steady", {}).get("ttft_by_seed_ms")
     if through and floor:
-        p50, p99, n = stats.paired_added(
-            {k: v / 1000 for k, v in through.items()}, {k: v / 1000 for k, v in floor.items()}
-        )
+        p50, p99, n = stats.paired_added(through, floor)
         if n:
             return p50, p99
     return (

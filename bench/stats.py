@@ -45,8 +45,9 @@ def interval_errors(frames: Sequence[tuple[float, int]], tps: float) -> list[flo
 def paired_added(
     through: Mapping[str, float], floor: Mapping[str, float]
 ) -> tuple[float, float, int]:
-    """(p50, p99, n) of what a configuration added to each request, in ms: its time for a
-    seed minus the direct path's time for the same seed, over the seeds both runs measured.
+    """(p50, p99, n) of what a configuration added to each request, in the unit of the times
+    given: its time for a seed minus the direct path's time for the same seed, over the seeds
+    both runs measured.
 
     The mock's first token is not one time but several (a first chunk of one, two or three
     tokens is due after 20, 70 or 120 ms at 20 tokens/s), so the floor is a mixture, and the
@@ -55,7 +56,7 @@ def paired_added(
     of the configuration alone."""
     common = floor.keys() & through.keys()
     added = [through[seed] - floor[seed] for seed in common]
-    return percentile(added, 0.5) * 1000, percentile(added, 0.99) * 1000, len(added)
+    return percentile(added, 0.5), percentile(added, 0.99), len(added)
 
 
 @dataclass(frozen=True)

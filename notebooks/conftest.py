@@ -16,8 +16,9 @@ _seconds: defaultdict[str, float] = defaultdict(float)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.nodeid.split("::")[0].endswith(".ipynb"):
-        _seconds[report.nodeid.split("::")[0]] += report.duration
+    path = report.nodeid.split("::")[0]
+    if path.endswith(".ipynb"):
+        _seconds[path] += report.duration
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
