@@ -8,9 +8,9 @@ is missing (nginx, LiteLLM's venv, uvloop) says why in :meth:`Launcher.unavailab
 configuration is skipped, never faked.
 
 Ports: the bench binds each listening socket itself (``labkit.servers.bind_socket``, port 0)
-and hands the bound socket to the child (uvicorn's ``--fd``, nginx's inherited ``NGINX``
-sockets), so no other process can take the port between choosing and listening. LiteLLM only
-takes a port number: :func:`free_port` is for it alone.
+and hands the bound socket to the child (``bench.serve``, nginx's inherited ``NGINX``
+sockets), so no other process can take the port between choosing and listening.
+LiteLLM only takes a port number: :func:`free_port` is for it alone.
 """
 
 from __future__ import annotations
@@ -109,11 +109,14 @@ def spawn(
 
 
 def uvicorn_argv(target: str, fd: int, fast: bool, *, factory: bool = False) -> list[str]:
+    """uvicorn serving ``target`` on the inherited listening socket ``fd``. Not ``uvicorn
+    --fd``: that leaves Nagle's algorithm on for every connection (``bench.serve``
+    says why and what it cost)."""
     loop, http = ("uvloop", "httptools") if fast else ("asyncio", "h11")
     return [
         sys.executable,
         "-m",
-        "uvicorn",
+        "bench.serve",
         target,
         *(["--factory"] if factory else []),
         "--fd",
@@ -122,11 +125,6 @@ def uvicorn_argv(target: str, fd: int, fast: bool, *, factory: bool = False) -> 
         loop,
         "--http",
         http,
-        "--log-level",
-        "warning",
-        "--no-access-log",
-        "--timeout-graceful-shutdown",
-        "1",
         "--backlog",
         "4096",
     ]

@@ -1,4 +1,5 @@
-"""The mock upstream as the bench serves it: ``uvicorn --factory bench.mock_server:app --fd N``.
+"""The mock upstream as the bench serves it:
+``python -m bench.serve --factory bench.mock_server:app --fd N``.
 
 The same app as ``mock-upstream`` (``mock_upstream.app.create_app``), with the scenario every
 request starts from read from ``$BENCH_MOCK_SCENARIO`` (``ttft_ms=20;tps=20;tokens=40``), so
