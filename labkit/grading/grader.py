@@ -222,15 +222,6 @@ async def _run_lanes(
     problem = await _preflight(proxies[0].url)
     if problem is not None:
         return problem
-    started = await asyncio.gather(
-        *(asyncio.to_thread(start, n, lane) for n, lane in enumerate(lanes) if n > 0),
-        return_exceptions=True,
-    )
-    proxies += [p for p in started if isinstance(p, SandboxedProxy)]
-    servers.extend(proxies[1:])
-    failures = [p for p in started if isinstance(p, BaseException)]
-    if failures:
-        return problem_from(failures[0], source.name)
 
     async def run_lane(n: int, lane: tuple[str, ...], proxy: SandboxedProxy) -> None:
         for result in await arun_checks(
@@ -243,7 +234,28 @@ async def _run_lanes(
         ):
             results[result.id] = result
 
-    await asyncio.gather(*(run_lane(n, lane, proxies[n]) for n, lane in enumerate(lanes)))
+    # long_stream's lane, the longest (6 s to a first token, then 3 s of tokens), starts on the
+    # proxy that already answered while the other proxies start: 0.9 s less in a grading of
+    # every check. Only that lane: its first wait is long and measures nothing to the ms, so
+    # the other proxies' start-up cannot disturb it; a lane of trickle would be disturbed.
+    early = "long_stream" in lanes[0]
+    first_lane = asyncio.create_task(run_lane(0, lanes[0], proxies[0])) if early else None
+    try:
+        started = await asyncio.gather(
+            *(asyncio.to_thread(start, n, lane) for n, lane in enumerate(lanes) if n > 0),
+            return_exceptions=True,
+        )
+        proxies += [p for p in started if isinstance(p, SandboxedProxy)]
+        servers.extend(proxies[1:])
+        failures = [p for p in started if isinstance(p, BaseException)]
+        if failures:
+            return problem_from(failures[0], source.name)
+        others = (run_lane(n, lane, proxies[n]) for n, lane in enumerate(lanes) if n > 0)
+        await asyncio.gather(first_lane or run_lane(0, lanes[0], proxies[0]), *others)
+    finally:
+        if first_lane is not None and not first_lane.done():
+            first_lane.cancel()
+            await asyncio.gather(first_lane, return_exceptions=True)
     if any(proxy.memory_exceeded() for proxy in proxies):
         limit = isolation.limits.memory_bytes // (1024 * 1024)
         return Problem(
