@@ -6,7 +6,7 @@ TARGET``. This is ``uvicorn --fd N TARGET`` without its flaw: uvicorn wraps the 
 accepted TCP connection for a Unix one and leave Nagle's algorithm on, and a small write that
 follows another on a kept-alive connection (a fast first token after the response head) waits
 for the peer's delayed ACK, about 40 ms on Linux. Measured here, 100 steady streams through the
-aiohttp proxy: added TTFT p50 12.2 ms with ``--fd``, 1.7 ms with this (279 of 363 first tokens
+aiohttp proxy: added TTFT p50 12.2 ms with ``--fd``, 1.8-1.9 ms with this (279 of 363 first tokens
 due 20 ms after the request had come 40-49 ms after it). Here the descriptor becomes
 ``socket.socket(fileno=N)``, which asks the kernel for the family, type and protocol, and
 uvicorn is handed that socket (``Server.run(sockets=[...])``).
