@@ -23,7 +23,7 @@ from pathlib import Path
 
 from labkit.capture import acapture_stream
 from labkit.checks import CheckResult, arun_checks, machine
-from labkit.checks.catalogue import BY_ID, SOLO_LANE, lanes_for, select
+from labkit.checks.catalogue import BY_ID, EARLY_CHECK, SOLO_LANE, lanes_for, select
 from labkit.checks.context import chat_body
 from labkit.checks.machine import budget_scale
 from labkit.errors import CaptureError
@@ -234,11 +234,10 @@ async def _run_lanes(
         ):
             results[result.id] = result
 
-    # long_stream's lane, the longest (6 s to a first token, then 3 s of tokens), starts on the
-    # proxy that already answered while the other proxies start: 0.9 s less in a grading of
-    # every check. Only that lane: its first wait is long and measures nothing to the ms, so
-    # the other proxies' start-up cannot disturb it; a lane of trickle would be disturbed.
-    early = "long_stream" in lanes[0]
+    # long_stream's lane, the longest, starts on the proxy that already answered while the
+    # other proxies start (0.9 s less in a grading of every check). Only that lane
+    # (EARLY_CHECK): the other proxies' start-up would disturb a lane of trickle.
+    early = EARLY_CHECK in lanes[0]
     first_lane = asyncio.create_task(run_lane(0, lanes[0], proxies[0])) if early else None
     try:
         started = await asyncio.gather(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -77,15 +78,14 @@ def test_a_listening_socket_without_its_protocol_leaves_nagle_on() -> None:
     assert asyncio.run(_nodelay_of_accepted(listener)) == 0
 
 
-def _served_nodelay(argv_for_fd: list[str], tmp_path: Path) -> str:
+def _served_nodelay(argv_for: Callable[[int], list[str]], tmp_path: Path) -> str:
+    """What the app reports when ``argv_for(fd)`` serves it on the listening socket ``fd``."""
     (tmp_path / "reports_nodelay.py").write_text(REPORTS_NODELAY)
     sock = bind_socket("127.0.0.1", 0, name="nodelay-served")
-    port = sock.getsockname()[1]
-    argv = [part.replace("FD", str(sock.fileno())) for part in argv_for_fd]
     server = ProcessServer(
-        argv,
+        argv_for(sock.fileno()),
         name="nodelay-served",
-        port=port,
+        port=sock.getsockname()[1],
         env={"PYTHONPATH": str(tmp_path)},
         sock=sock,
         ready_path="/",
@@ -95,22 +95,23 @@ def _served_nodelay(argv_for_fd: list[str], tmp_path: Path) -> str:
 
 
 def test_the_bench_serves_uvicorn_with_nagle_off(tmp_path: Path) -> None:
-    argv = uvicorn_argv("reports_nodelay:app", 0, fast=False)
-    argv[argv.index("--fd") + 1] = "FD"
-    assert _served_nodelay(argv, tmp_path) == "1"
+    served = _served_nodelay(lambda fd: uvicorn_argv("reports_nodelay:app", fd, False), tmp_path)
+    assert served == "1"
 
 
 def test_uvicorns_own_fd_option_leaves_nagle_on(tmp_path: Path) -> None:
     # What bench.serve is for: if this starts to pass as "1", uvicorn fixed --fd and the bench
     # could go back to it.
-    argv = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "reports_nodelay:app",
-        "--fd",
-        "FD",
-        "--log-level",
-        "warning",
-    ]
-    assert _served_nodelay(argv, tmp_path) == "0"
+    def argv_for(fd: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "reports_nodelay:app",
+            "--fd",
+            str(fd),
+            "--log-level",
+            "warning",
+        ]
+
+    assert _served_nodelay(argv_for, tmp_path) == "0"
