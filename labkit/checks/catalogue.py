@@ -8,8 +8,7 @@ Lanes say what may run side by side. Checks in one lane run one after another; l
 same time. The grader gives every lane its own proxy process, so a blocked event loop or a
 memory spike in one experiment cannot spill into another's numbers. The ``backpressure``
 lane drives its upstream at full speed; it needs a mock of its own, and against
-a shared one ``arun_checks`` runs it after the others (``SOLO_LANE``). The lane of
-``long_stream`` may start before the other lanes' proxies are up (``EARLY_CHECK``).
+a shared one ``arun_checks`` runs it after the others (``SOLO_LANE``).
 
 Profiles: ``CHECKS`` are the lab's (``CHECK_IDS``, what every grading runs, each in seconds).
 ``GATEWAY_CHECKS`` add what only a deployed gateway meets and that takes the real durations
@@ -44,7 +43,6 @@ __all__ = [
     "ALL_IDS",
     "CHECKS",
     "CHECK_IDS",
-    "EARLY_CHECK",
     "GATEWAY_CHECKS",
     "LANES",
     "PROFILES",
@@ -188,9 +186,6 @@ LANES: tuple[tuple[str, ...], ...] = (
     ("minute_stream",),  # gateway profile only: a minute of mostly waiting, beside the others
 )
 SOLO_LANE = ("backpressure",)
-# A lane holding this check may start on the first proxy while the grader starts the others:
-# its first wait is long (6 s to a first token) and measures nothing to the millisecond.
-EARLY_CHECK = "long_stream"
 
 
 def select(only: str | Iterable[str] | None, profile: Profile = "lab") -> tuple[str, ...]:

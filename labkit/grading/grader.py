@@ -23,7 +23,7 @@ from pathlib import Path
 
 from labkit.capture import acapture_stream
 from labkit.checks import CheckResult, arun_checks, machine
-from labkit.checks.catalogue import BY_ID, EARLY_CHECK, SOLO_LANE, lanes_for, select
+from labkit.checks.catalogue import BY_ID, SOLO_LANE, lanes_for, select
 from labkit.checks.context import chat_body
 from labkit.checks.machine import budget_scale
 from labkit.errors import CaptureError
@@ -222,6 +222,15 @@ async def _run_lanes(
     problem = await _preflight(proxies[0].url)
     if problem is not None:
         return problem
+    started = await asyncio.gather(
+        *(asyncio.to_thread(start, n, lane) for n, lane in enumerate(lanes) if n > 0),
+        return_exceptions=True,
+    )
+    proxies += [p for p in started if isinstance(p, SandboxedProxy)]
+    servers.extend(proxies[1:])
+    failures = [p for p in started if isinstance(p, BaseException)]
+    if failures:
+        return problem_from(failures[0], source.name)
 
     async def run_lane(n: int, lane: tuple[str, ...], proxy: SandboxedProxy) -> None:
         for result in await arun_checks(
@@ -234,27 +243,7 @@ async def _run_lanes(
         ):
             results[result.id] = result
 
-    # long_stream's lane, the longest, starts on the proxy that already answered while the
-    # other proxies start (0.9 s less in a grading of every check). Only that lane
-    # (EARLY_CHECK): the other proxies' start-up would disturb a lane of trickle.
-    early = EARLY_CHECK in lanes[0]
-    first_lane = asyncio.create_task(run_lane(0, lanes[0], proxies[0])) if early else None
-    try:
-        started = await asyncio.gather(
-            *(asyncio.to_thread(start, n, lane) for n, lane in enumerate(lanes) if n > 0),
-            return_exceptions=True,
-        )
-        proxies += [p for p in started if isinstance(p, SandboxedProxy)]
-        servers.extend(proxies[1:])
-        failures = [p for p in started if isinstance(p, BaseException)]
-        if failures:
-            return problem_from(failures[0], source.name)
-        others = (run_lane(n, lane, proxies[n]) for n, lane in enumerate(lanes) if n > 0)
-        await asyncio.gather(first_lane or run_lane(0, lanes[0], proxies[0]), *others)
-    finally:
-        if first_lane is not None and not first_lane.done():
-            first_lane.cancel()
-            await asyncio.gather(first_lane, return_exceptions=True)
+    await asyncio.gather(*(run_lane(n, lane, proxies[n]) for n, lane in enumerate(lanes)))
     if any(proxy.memory_exceeded() for proxy in proxies):
         limit = isolation.limits.memory_bytes // (1024 * 1024)
         return Problem(
