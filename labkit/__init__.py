@@ -4,51 +4,61 @@ Everything a notebook needs is importable from here: ``from labkit import serve,
 ``__all__`` is that surface, and a test keeps it whole (every public name here is in it). The
 submodules' own paths (``labkit.checks``, ``labkit.servers``) keep working for older notebooks.
 Servers of every kind live in one package, ``labkit.servers``.
+
+The names load on first use (PEP 562's module ``__getattr__``), so importing one submodule does
+not import them all. That is for the processes the grader starts: a learner's proxy is served by
+``labkit.servers._child`` and a mock by ``mock_upstream.served``, and importing ``labkit``
+whole (FastAPI, the mock, the checks) cost each of them about 0.5 s of CPU before it could
+serve, four of them starting at once on half a CPU.
 """
 
-from labkit.capture import Capture, Chunk, Comment, Event, acapture_stream, capture_stream
-from labkit.chat import chat_page, machine_source
-from labkit.chat.browser import BrowserUnavailableError, ChatBrowser, browser_problem
-from labkit.checks import CheckResult, arun_checks, run_checks
-from labkit.errors import (
-    AppStartupError,
-    CaptureError,
-    InvalidTargetError,
-    LabkitError,
-    MockUpstreamError,
-    PortInUseError,
-    ServerExitedError,
-    ServerStartError,
-    StartTimeoutError,
-    TargetLoadError,
-)
-from labkit.plots import plot_cancellation, plot_gaps, plot_timeline
-from labkit.proxy_file import (
-    ProxyFileError,
-    check_proxy,
-    find_proxy,
-    load_ipython_extension,
-    load_proxy,
-    write_part,
-)
-from labkit.regions import unwritten
-from labkit.servers import (
-    ExternalServer,
-    NginxNotFoundError,
-    ServerHandle,
-    SubprocessServer,
-    ThreadServer,
-    find_nginx,
-    nginx_version,
-    running_servers,
-    serve,
-    serve_subprocess,
-    start_mock_upstream,
-    start_nginx,
-    stop_all,
-)
-from labkit.stream_gateway import RestartPolicy, make_stream_gateway
-from labkit.upstream import MockUpstream
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:
+    from labkit.capture import Capture, Chunk, Comment, Event, acapture_stream, capture_stream
+    from labkit.chat import chat_page, machine_source
+    from labkit.chat.browser import BrowserUnavailableError, ChatBrowser, browser_problem
+    from labkit.checks import CheckResult, arun_checks, run_checks
+    from labkit.errors import (
+        AppStartupError,
+        CaptureError,
+        InvalidTargetError,
+        LabkitError,
+        MockUpstreamError,
+        PortInUseError,
+        ServerExitedError,
+        ServerStartError,
+        StartTimeoutError,
+        TargetLoadError,
+    )
+    from labkit.plots import plot_cancellation, plot_gaps, plot_timeline
+    from labkit.proxy_file import (
+        ProxyFileError,
+        check_proxy,
+        find_proxy,
+        load_ipython_extension,
+        load_proxy,
+        write_part,
+    )
+    from labkit.regions import unwritten
+    from labkit.servers import (
+        ExternalServer,
+        NginxNotFoundError,
+        ServerHandle,
+        SubprocessServer,
+        ThreadServer,
+        find_nginx,
+        nginx_version,
+        running_servers,
+        serve,
+        serve_subprocess,
+        start_mock_upstream,
+        start_nginx,
+        stop_all,
+    )
+    from labkit.stream_gateway import RestartPolicy, make_stream_gateway
+    from labkit.upstream import MockUpstream
 
 __all__ = [
     "AppStartupError",
@@ -102,3 +112,70 @@ __all__ = [
     "unwritten",
     "write_part",
 ]
+
+# Where each name of ``__all__`` lives.
+_WHERE = {
+    "AppStartupError": "labkit.errors",
+    "BrowserUnavailableError": "labkit.chat.browser",
+    "Capture": "labkit.capture",
+    "CaptureError": "labkit.errors",
+    "ChatBrowser": "labkit.chat.browser",
+    "CheckResult": "labkit.checks",
+    "Chunk": "labkit.capture",
+    "Comment": "labkit.capture",
+    "Event": "labkit.capture",
+    "ExternalServer": "labkit.servers",
+    "InvalidTargetError": "labkit.errors",
+    "LabkitError": "labkit.errors",
+    "MockUpstream": "labkit.upstream",
+    "MockUpstreamError": "labkit.errors",
+    "NginxNotFoundError": "labkit.servers",
+    "PortInUseError": "labkit.errors",
+    "ProxyFileError": "labkit.proxy_file",
+    "RestartPolicy": "labkit.stream_gateway",
+    "ServerExitedError": "labkit.errors",
+    "ServerHandle": "labkit.servers",
+    "ServerStartError": "labkit.errors",
+    "StartTimeoutError": "labkit.errors",
+    "SubprocessServer": "labkit.servers",
+    "TargetLoadError": "labkit.errors",
+    "ThreadServer": "labkit.servers",
+    "acapture_stream": "labkit.capture",
+    "arun_checks": "labkit.checks",
+    "browser_problem": "labkit.chat.browser",
+    "capture_stream": "labkit.capture",
+    "chat_page": "labkit.chat",
+    "check_proxy": "labkit.proxy_file",
+    "find_nginx": "labkit.servers",
+    "find_proxy": "labkit.proxy_file",
+    "load_ipython_extension": "labkit.proxy_file",
+    "load_proxy": "labkit.proxy_file",
+    "machine_source": "labkit.chat",
+    "make_stream_gateway": "labkit.stream_gateway",
+    "nginx_version": "labkit.servers",
+    "plot_cancellation": "labkit.plots",
+    "plot_gaps": "labkit.plots",
+    "plot_timeline": "labkit.plots",
+    "run_checks": "labkit.checks",
+    "running_servers": "labkit.servers",
+    "serve": "labkit.servers",
+    "serve_subprocess": "labkit.servers",
+    "start_mock_upstream": "labkit.servers",
+    "start_nginx": "labkit.servers",
+    "stop_all": "labkit.servers",
+    "unwritten": "labkit.regions",
+    "write_part": "labkit.proxy_file",
+}
+
+
+def __getattr__(name: str) -> typing.Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup finds it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

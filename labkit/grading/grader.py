@@ -37,7 +37,7 @@ from mock_upstream import DEBUG_TOKEN_ENV
 
 __all__ = ["PREFLIGHT_S", "UPSTREAM_TARGET", "agrade_file", "agrade_url", "unwritten_results"]
 
-UPSTREAM_TARGET = "labkit.grading.upstream_app:app"
+UPSTREAM_TARGET = "mock_upstream.served:app"
 PREFLIGHT_S = 5.0
 PREFLIGHT_SEED = 4001
 NOT_RUN_HINT = "fix the problem above and grade again."
@@ -202,7 +202,7 @@ async def _run_lanes(
     def upstream_for(lane: tuple[str, ...]) -> SubprocessServer:
         return solo_mock if lane == SOLO_LANE else shared_mock
 
-    def start(n: int, lane: tuple[str, ...]) -> SandboxedProxy:
+    def start(n: int, lane: tuple[str, ...], together: int = 1) -> SandboxedProxy:
         log = sandbox / f"usage-{n}.jsonl"
         return start_proxy(
             submission,
@@ -210,6 +210,7 @@ async def _run_lanes(
             usage_log=log,
             cwd=sandbox,
             isolation=isolation,
+            together=together,
         )
 
     # One proxy first: a submission that spins at import or never answers then costs one
@@ -222,8 +223,10 @@ async def _run_lanes(
     problem = await _preflight(proxies[0].url)
     if problem is not None:
         return problem
+    # The other lanes' proxies start at once and share the CPUs, each with a longer limit.
+    others = len(lanes) - 1
     started = await asyncio.gather(
-        *(asyncio.to_thread(start, n, lane) for n, lane in enumerate(lanes) if n > 0),
+        *(asyncio.to_thread(start, n, lane, others) for n, lane in enumerate(lanes) if n > 0),
         return_exceptions=True,
     )
     proxies += [p for p in started if isinstance(p, SandboxedProxy)]

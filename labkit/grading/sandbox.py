@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import psutil
 
-from labkit.checks.machine import budget_scale
+from labkit.checks.machine import start_scale
 from labkit.errors import (
     AppStartupError,
     InvalidTargetError,
@@ -121,9 +121,12 @@ def start_proxy(
     usage_log: Path,
     cwd: Path,
     isolation: Isolation | None = None,
+    together: int = 1,
 ) -> SandboxedProxy:
     """Serve ``submission``'s ``app`` in a child process with a clean environment, inside
     ``isolation`` (default: the strongest this machine allows, see ``labkit.grading.isolation``).
+    ``together``: how many proxies the caller starts at once, this one included; they share the
+    CPUs, so each may take that much longer (``labkit.checks.machine.start_scale``).
 
     Raises ``ServerStartError`` (a subclass per way of failing; see ``problem_from``).
     """
@@ -143,7 +146,7 @@ def start_proxy(
         env=env,
         inherit_env=False,
         cwd=cwd,
-        start_timeout=PROXY_START_TIMEOUT_S * budget_scale(),  # longer below one CPU
+        start_timeout=PROXY_START_TIMEOUT_S * start_scale(together),
         wrap=wrap,
         cgroup=cgroup,
     )

@@ -28,8 +28,13 @@ DAEMON = ["sleep", "917"]
 ONLY = ["trickle", "usage"]
 
 PAYLOAD = """
-import json as _json, os as _os, socket as _socket, subprocess as _subprocess
+import json as _json, os as _os, socket as _socket, subprocess as _subprocess, sys as _sys
 import urllib.error as _uerror, urllib.request as _urequest
+
+# Python's own installation, which the sandbox shows read-only on purpose (60,000 files here):
+# walking it at import took seconds a proxy, and on a cold disk the first proxy of this
+# (correct) submission did not start within 8 s. No classmate's file can be in it.
+_PYTHON = {_sys.prefix, _sys.base_prefix}
 
 
 def _hostile():
@@ -42,7 +47,8 @@ def _hostile():
         seen["planted"] = type(exc).__name__
     found = []
     for top in ("/tmp", "/root", "/home", CLASSMATES):
-        for folder, _dirs, files in _os.walk(top):
+        for folder, dirs, files in _os.walk(top):
+            dirs[:] = [d for d in dirs if _os.path.join(folder, d) not in _PYTHON]
             for name in files:
                 path = _os.path.join(folder, name)
                 if name == "proxy.py" and not path.startswith(_os.getcwd()):

@@ -22,7 +22,7 @@ from labkit.checks.backpressure import Sample, _held_back
 from labkit.checks.catalogue import Check
 from labkit.checks.context import CheckContext, Outcome
 from labkit.checks.keepalive import _silence
-from labkit.checks.machine import cpu_limit
+from labkit.checks.machine import cpu_limit, start_scale
 from labkit.checks.result import INCONCLUSIVE
 from labkit.errors import MockUpstreamError
 from labkit.grading.report import (
@@ -99,6 +99,13 @@ def test_the_cpu_limit_is_the_smallest_quota_above_this_process(tmp_path: Path) 
     _cgroup_file(tmp_path, "v2/box/cpu.max", "50000 100000\n")
     assert cpu_limit("0::/v2/box\n", tmp_path) == 0.5
     assert cpu_limit("0::/nowhere\n", tmp_path) == _cores()  # unreadable: no limit known
+
+
+def test_proxies_that_start_together_share_the_cpus_and_the_time_to_start() -> None:
+    # one alone: the usual limit from one CPU up, twice it at half a CPU
+    assert start_scale(1, cpus=2) == 1 and start_scale(1, cpus=0.5) == 2
+    # four at once: half a CPU each on two CPUs, an eighth each on half a CPU
+    assert start_scale(4, cpus=2) == 2 and start_scale(4, cpus=0.5) == 8
 
 
 def _cores() -> float:

@@ -44,7 +44,7 @@ STATS_PATH = "/__soak/stats"
 GC_PATH = "/__soak/gc"  # a full garbage collection, then the stats
 CHAT = "/v1/chat/completions"
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
-MOCK_TARGET = "labkit.grading.upstream_app:app"
+MOCK_TARGET = "mock_upstream.served:app"
 
 # Tolerances, after the proxy has settled: a warm-up round fills httpx's pool (up to 20 kept-alive
 # connections) and Python's allocator first, so what is left is growth per request, if any.

@@ -59,7 +59,7 @@ def _listening_address(port: int) -> str:
 def test_servers_really_listen_on_loopback_only() -> None:
     with serve(FastAPI(), name="loopback-thread") as thread_server:
         assert _listening_address(thread_server.port) == LOOPBACK
-    with serve_subprocess("labkit.grading.upstream_app:app", name="loopback-child") as child:
+    with serve_subprocess("mock_upstream.served:app", name="loopback-child") as child:
         assert _listening_address(child.port) == LOOPBACK
         with pytest.raises(OSError):  # not reachable on another local address either
             with socket.create_connection(("127.0.0.2", child.port), timeout=1.0):
