@@ -18,6 +18,7 @@ IMPORT = re.compile(r"^from labkit[\w.]* import (?:\(([^)]*)\)|(.*)$)", re.M)
 def test_all_is_sorted_and_every_name_exists() -> None:
     assert labkit.__all__ == sorted(labkit.__all__)
     assert len(set(labkit.__all__)) == len(labkit.__all__)
+    assert sorted(labkit._WHERE) == labkit.__all__  # what loads on first use is the surface
     for name in labkit.__all__:
         assert hasattr(labkit, name), name
 
