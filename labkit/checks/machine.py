@@ -99,17 +99,22 @@ def cpu_limit(proc_cgroup: str | None = None, root: Path = CGROUP_ROOT) -> float
     return min([cpus, *quotas])
 
 
+def _stretch(cpus: float) -> float:
+    return min(MAX_BUDGET_SCALE, max(1.0, 1.0 / max(cpus, 1e-3)))
+
+
 @functools.cache
 def budget_scale() -> float:
     """How much longer than usual a check may take here: 1 from one CPU up, 2 at half a CPU,
     at most MAX_BUDGET_SCALE."""
-    return min(MAX_BUDGET_SCALE, max(1.0, 1.0 / max(cpu_limit(), 1e-3)))
+    return _stretch(cpu_limit())
 
 
 def start_scale(together: int = 1, cpus: float | None = None) -> float:
     """How much longer than one process alone on a CPU ``together`` processes starting at once
-    may take to start here: they share ``cpus`` (default ``cpu_limit()``), each getting
-    ``cpus / together`` of a CPU. 1 for one process from one CPU up, 8 for four on half a CPU.
+    may take to start here: ``budget_scale``'s stretch for a CPU below one, times how many
+    processes share each of the ``cpus`` (default ``cpu_limit()``). One alone: 1 from one CPU up,
+    2 at half a CPU (as ``budget_scale``); four at once: 2 on two CPUs, 8 on half a CPU.
 
     Bug: the grader gave each of the four lane proxies it starts at once the start limit of one
     proxy alone (8 s, x2 at half a CPU). At half a CPU four proxies needed 1.5-1.8 s of CPU each,
@@ -117,7 +122,7 @@ def start_scale(together: int = 1, cpus: float | None = None) -> float:
     ``start_timeout`` in every grading. Fix: the limit grows with the processes that share the CPU.
     """
     cpus = cpu_limit() if cpus is None else cpus
-    return max(1.0, together / max(cpus, 1e-3))
+    return _stretch(cpus) * max(1.0, together / max(cpus, 1.0))
 
 
 def describe() -> str:

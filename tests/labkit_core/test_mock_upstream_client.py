@@ -146,6 +146,7 @@ def test_metrics_are_parsed_into_numbers(upstream: ServerHandle) -> None:
     mock = MockUpstream(upstream)
     mock.reset()
     capture_stream(f"{upstream.url}/v1/chat/completions", json=chat())
+    assert mock.wait_until_idle()  # the mock books an answer just after its last bytes
     metrics = mock.metrics()
     assert metrics["mock_requests_running"] == 0
     assert metrics["mock_requests_completed_total"] >= 1
@@ -170,6 +171,9 @@ def test_gauge_sums_over_label_sets_under_either_name(upstream: ServerHandle) ->
     assert all(c.content_events == 0 for c in captures)
     assert mock.wait_until_idle()
     capture_stream(f"{upstream.url}/v1/chat/completions", json=chat())
+    # Bug: seen once in make test, the third answer not yet counted (2 == 3): the mock books an
+    # answer just after its last bytes, which the client may already have read. Fix: wait.
+    assert mock.wait_until_idle()
     # both cancelled requests, one label set each, summed; the other name gives the same sum
     assert mock.gauge("vllm:request_success_total") == 3
     assert mock.gauge("mock_requests_started_total") == 3
