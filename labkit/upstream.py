@@ -17,10 +17,10 @@ import time
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from labkit.capture import shared_ssl_context
 from labkit.errors import MockUpstreamError
+from labkit.scrape import exported_names, samples, sum_first
 from labkit.servers import UPSTREAM_URL_ENV, ServerHandle
 from mock_upstream import DEBUG_TOKEN_HEADER
 
@@ -110,16 +110,7 @@ class MockUpstream:
 
         Counters appear under their ``_total`` names; ``_created`` timestamps are left out.
         """
-        text = self._get("/metrics").text
-        samples: dict[str, float] = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name.endswith("_created"):
-                    continue  # creation timestamps: not a measurement
-                labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
-                key = f"{sample.name}{{{labels}}}" if labels else sample.name
-                samples[key] = float(sample.value)
-        return samples
+        return samples(self._get("/metrics").text)
 
     def gauge(self, *names: str) -> float:
         """The sum of a metric over all its label sets, under the first of ``names`` the server
@@ -130,23 +121,13 @@ class MockUpstream:
         if not names:
             raise TypeError("gauge() needs at least one metric name")
         text = self._get("/metrics").text
-        families = list(text_string_to_metric_families(text))
-        sums: dict[str, float] = {}
-        for family in families:
-            exported = {family.name, f"{family.name}_total"} & set(names)
-            for name in exported:  # exported, though perhaps with no samples yet
-                sums.setdefault(name, 0.0)
-            for sample in family.samples:
-                if sample.name in names:
-                    sums[sample.name] = sums.get(sample.name, 0.0) + float(sample.value)
-        for name in names:
-            if name in sums:
-                return sums[name]
-        found = sorted(f.name for f in families)
+        found = sum_first(text, names)
+        if found is not None:
+            return found[1]
         raise MockUpstreamError(
             url=self.url + "/metrics",
             expected=f"a metric named {' or '.join(names)}",
-            got=", ".join(found[:12]) or "no metrics at all",
+            got=", ".join(exported_names(text)[:12]) or "no metrics at all",
         )
 
     def wait_until_idle(self, timeout: float = 2.0) -> bool:
