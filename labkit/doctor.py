@@ -279,6 +279,55 @@ def _check_mock_upstream() -> DoctorLine:
     )
 
 
+def _check_engine() -> DoctorLine:
+    from labkit.engine import ENGINE_URL_ENV, RECIPE, cache_root, find_engine, missing_tools
+    from labkit.engine.serve import ExternalEngine
+    from labkit.errors import LabkitError
+
+    external = os.environ.get(ENGINE_URL_ENV)
+    if external:
+        try:
+            engine = ExternalEngine(external)
+        except LabkitError as exc:
+            return DoctorLine(
+                "real engine", "fail", f"{ENGINE_URL_ENV}={external}: {exc}",
+                f"start that engine, or unset {ENGINE_URL_ENV} to use the lab's own",
+            )  # fmt: skip
+        return DoctorLine(
+            "real engine", "ok", f"{ENGINE_URL_ENV}={external}: serves {engine.model}"
+        )
+    files = find_engine()
+    if files is None:
+        missing = missing_tools()
+        needs = f" (it needs {', '.join(missing)}, missing here)" if missing else ""
+        return DoctorLine(
+            "real engine",
+            "warn",
+            f"not built in {cache_root()}: the notebooks' 'on a real engine' cells skip",
+            f"run `make engine` once (minutes){needs}",
+        )
+    try:
+        version = subprocess.run(
+            [str(files.binary), "--version"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return DoctorLine(
+            "real engine", "fail", f"{files.binary} does not run: {exc}",
+            f"delete {files.binary.parent} and run `make engine` again",
+        )  # fmt: skip
+    if version.returncode != 0:
+        return DoctorLine(
+            "real engine", "fail",
+            f"{files.binary} --version exited {version.returncode}",
+            f"delete {files.binary.parent} and run `make engine` again",
+        )  # fmt: skip
+    return DoctorLine(
+        "real engine",
+        "ok",
+        f"llama-server {RECIPE.build_tag} at {files.binary}, model {files.model.name}",
+    )
+
+
 def _mock_fix(external: str | None) -> str:
     if external:
         return "start it (`mock-upstream --port 8001`) or unset LABKIT_UPSTREAM_URL"
@@ -294,6 +343,7 @@ _CHECKS: tuple[Callable[[], DoctorLine | list[DoctorLine]], ...] = (
     lambda: _check_program("nginx", "the nginx notebook"),
     _check_browser,
     _check_mock_upstream,
+    _check_engine,
 )
 
 

@@ -76,11 +76,16 @@ class EngineSettings:
 
     ``parallel`` slots share ``context`` tokens (4 x 1,024 by default: a 400-token answer to a
     short prompt fits one slot); a request beyond the slots waits in the engine's queue.
+
+    One thread, because the engine shares the machine with the proxy, the client and the mock:
+    llama.cpp's threads wait for each other at every step, so two threads on two cores that
+    other processes also use decoded 6-12 tokens/s where one thread decoded 30-40 (measured
+    side by side here, docs/measurements.md).
     """
 
     parallel: int = 4
     context: int = 4096
-    threads: int = max(1, min(2, os.cpu_count() or 1))
+    threads: int = 1
 
 
 def engine_argv(
