@@ -1,0 +1,25 @@
+"""The real engine for tests: started once, or a clear skip (or, on CI, a failure).
+
+``make test`` builds the engine before the tests (``make engine``), so on CI a missing engine is
+a broken set-up and fails; on a developer's machine without it, the engine tests skip, saying
+how to get it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from labkit.engine import EngineHandle, find_engine, start_engine
+from labkit.engine.serve import ENGINE_URL_ENV
+
+
+def require_engine() -> EngineHandle:
+    """``start_engine()``'s handle; skips (or fails on CI) when there is no engine here."""
+    if find_engine() is None and not os.environ.get(ENGINE_URL_ENV):
+        reason = "no real engine here: run `make engine` (minutes, once) to run these tests"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason}; under CI `make test` builds it first", pytrace=False)
+        pytest.skip(reason)
+    return start_engine()
