@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from labkit.engine import EngineHandle
 from labkit.servers._handles import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,6 +54,17 @@ def loopback_reports() -> Iterator[tuple[int, list[dict[str, object]]]]:
     stop.set()
     thread.join()
     server.close()
+
+
+@pytest.fixture(scope="session")
+def engine() -> Iterator[EngineHandle]:
+    """The real engine, started once for the whole run (a model load is seconds); skips, or
+    fails on CI, where it is not built (see tests/engine_support.py)."""
+    from tests.engine_support import require_engine
+
+    handle = require_engine()
+    yield handle
+    handle.stop()
 
 
 @pytest.fixture(autouse=True)
