@@ -14,6 +14,9 @@ import labkit.errors as errors
 from labkit.errors import (
     AppStartupError,
     CaptureError,
+    EngineBuildError,
+    EngineNotBuiltError,
+    EngineReadError,
     InvalidTargetError,
     LabkitError,
     MockUpstreamError,
@@ -77,6 +80,28 @@ PINNED: list[tuple[Exception, str]] = [
         MockUpstreamError(url="http://h/debug/requests", expected="HTTP 200", got="HTTP 404"),
         "Expected HTTP 200 from http://h/debug/requests, got HTTP 404. Is that URL a mock "
         "upstream? Use the .url of start_mock_upstream().",
+    ),
+    (
+        EngineNotBuiltError(cache="/c/engine"),
+        "Expected the real engine (llama-server and its model) in /c/engine, found none. Build "
+        "it once with `make engine` (or `labkit engine build`; it takes minutes), or set "
+        "LABKIT_ENGINE_URL to an OpenAI-compatible engine you run.",
+    ),
+    (
+        EngineBuildError(
+            step="before starting",
+            problem="this machine has no cmake",
+            fix="install it (Debian/Ubuntu: apt-get install cmake g++ make), then run `make "
+            "engine` again",
+        ),
+        "The engine build failed before starting: this machine has no cmake. To go on: install "
+        "it (Debian/Ubuntu: apt-get install cmake g++ make), then run `make engine` again.",
+    ),
+    (
+        EngineReadError(url="http://h/metrics", got="HTTP 404"),
+        "Expected the engine's own numbers from http://h/metrics, got HTTP 404. Is it an "
+        "OpenAI-compatible engine started with its metrics on (llama-server --metrics, vllm "
+        "serve)? Use the handle start_engine() returns, or fix LABKIT_ENGINE_URL.",
     ),
 ]
 
