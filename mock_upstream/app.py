@@ -82,7 +82,8 @@ def create_app(defaults: Scenario | None = None, *, debug_token: str | None = No
         openapi_url=None,
         lifespan=quiet_while_serving,
     )
-    app.state.mock = MockState(defaults=defaults or Scenario(), recorder=Recorder())
+    recorder = Recorder(model=openai_chat.DEFAULT_MODEL)  # its vllm: series exist from the start
+    app.state.mock = MockState(defaults=defaults or Scenario(), recorder=recorder)
     app.state.recorder = app.state.mock.recorder
     app.state.registry = app.state.mock.recorder.registry
     install_handlers(app)

@@ -2,7 +2,9 @@
 
 Read the JSON body, resolve the scenario (header and ``mock`` field), let the API module
 parse the rest, open a record, answer an injected ``status`` at once, otherwise plan the
-answer and stream it (or wait it out for a unary response).
+answer and stream it (generation running ahead of a slow reader, or in step with it under
+``pause_on_backpressure``: :mod:`mock_upstream.generation`), or wait it out for a unary
+response.
 
 Unary answers wait as long as the stream would, in the route function, where Starlette does
 not watch for a disconnect: a client that leaves a unary request early is not noticed, and
@@ -23,6 +25,7 @@ from starlette.responses import JSONResponse, Response
 
 from mock_upstream.bodies import read_json
 from mock_upstream.errors import ApiError, status_error
+from mock_upstream.generation import generation_for
 from mock_upstream.ids import new_id
 from mock_upstream.pacing import Clock, faults_for, play
 from mock_upstream.plan import Plan, Prompt, build_plan
@@ -40,7 +43,7 @@ from mock_upstream.stream import (
     RecordedStreamingResponse,
     Wire,
     collect,
-    sse_body,
+    generate,
     vllm_reason,
 )
 
@@ -128,8 +131,9 @@ async def answer(request: Request, api: ApiSpec) -> Response:
     events = play(plan, clock, faults_for(scenario))
     wire = api.wire(record.id, plan, parsed, scenario)
     if parsed.stream:
-        body_iterator = sse_body(events, wire, recorder, record)
-        return RecordedStreamingResponse(body_iterator, recorder=recorder, record=record)
+        frames = generate(events, wire, recorder, record)
+        generation = generation_for(scenario.pause_on_backpressure, frames)
+        return RecordedStreamingResponse(generation, recorder=recorder, record=record)
 
     async with aclosing(events):
         outcome = await collect(events, recorder, record)

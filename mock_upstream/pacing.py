@@ -5,8 +5,10 @@ event loop's clock from the moment the request arrived; a chunk of several token
 when its last token is due. Deadlines are absolute, so small scheduling delays do not add
 up over a long stream; a stall pushes every later deadline back by its length.
 
-Every wait is an ``await`` inside the body generator, including the wait for the first
-token, so a client disconnect cancels the generation within one token interval. With
+Every wait is an ``await`` in the generation (a task of its own, or the body generator with
+``pause_on_backpressure``: :mod:`mock_upstream.generation`), including the wait for the first
+token, so a client disconnect cancels the generation at once, never later than one token
+interval. With
 ``comment_every_ms`` the waits are cut into pieces: a :class:`~mock_upstream.events.Comment`
 is due every that many ms from the start (before the first token and during a stall too, as
 OpenRouter's ``: OPENROUTER PROCESSING``). Which of a comment and a token comes first is

@@ -5,14 +5,23 @@ One :class:`Recorder` per app (on ``app.state.recorder``) owns the records and i
 process never see each other's numbers. Every state change goes through the recorder, which
 keeps the record and the metrics in step.
 
+Tokens are counted twice, as a slow reader makes them differ: *generated* (decoded and billed,
+``tokens_generated``, ``mock_tokens_generated_total``) and *sent* (in frames uvicorn's ``send``
+took, that is past its flow control: ``tokens_sent``, ``mock_tokens_sent_total``). A client
+that reads at once keeps them within a frame or two of each other; one that reads nothing
+leaves ``tokens_sent`` standing still while ``tokens_generated`` goes on to the end, as on a
+real engine (:mod:`mock_upstream.generation`).
+
 Two families of names: the mock's own (``mock_*``, no labels) and the ones a real vLLM engine
-exports (``vllm:*``, labelled ``model_name`` with the request's model), so a notebook cell that
-watches ``vllm:num_requests_running`` works unchanged against a real engine:
+exports (``vllm:*``, labelled ``model_name``), so a notebook cell that watches
+``vllm:num_requests_running`` works unchanged against a real engine:
 ``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` (always 0: the mock has no
-queue), ``vllm:generation_tokens_total``, ``vllm:time_to_first_token_seconds`` and
-``vllm:request_success_total{finished_reason}`` (``stop``, ``length``, or ``abort`` for a
-request whose client left; an errored request is counted in ``mock_requests_errored_total``
-only).
+queue), ``vllm:generation_tokens_total`` (generated, not sent),
+``vllm:time_to_first_token_seconds`` and ``vllm:request_success_total{finished_reason}``
+(``stop``, ``length``, or ``abort`` for a request whose client left; an errored request is
+counted in ``mock_requests_errored_total`` only). As on vLLM, they exist from start-up
+(and again after a reset), labelled with the mock's default model (``mock-gpt``), at 0; each
+model a request names gets its own label set from then on.
 """
 
 from __future__ import annotations
@@ -32,15 +41,23 @@ State = Literal["running", "completed", "cancelled", "errored"]
 
 MAX_RECORDS: Final = 10_000
 TTFT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: ``vllm:request_success_total``'s ``finished_reason`` values, each exported from the start.
+FINISHED_REASONS: Final = ("stop", "length", "abort")
 
 
 @dataclass
 class RequestRecord:
     """One request as the mock saw it. Times are ``time.time()`` floats, or ``None``.
 
-    ``tokens_after_disconnect`` counts tokens generated after the mock noticed the client
-    had gone; it stays 0 when cancellation works, because the generator stops at its next
-    ``await``.
+    ``tokens_generated`` counts the completion tokens generated so far (what an engine decodes
+    and bills); ``tokens_sent`` those in frames the server has handed to the socket (past
+    uvicorn's flow control). They differ when the client reads slowly: generation goes on at
+    the scenario's pace while sending waits (unless the scenario sets
+    ``pause_on_backpressure``). ``state`` and ``completion_tokens`` follow generation: a record
+    is ``completed`` once the last token is generated, even while frames still wait for a slow
+    reader. ``tokens_after_disconnect`` counts tokens generated after the mock noticed the
+    client had gone; it stays 0 when cancellation works, because generation is cancelled at
+    once.
     """
 
     id: str
@@ -53,6 +70,7 @@ class RequestRecord:
     state: State = "running"
     status_code: int = 200
     tokens_generated: int = 0
+    tokens_sent: int = 0
     tokens_after_disconnect: int = 0
     completion_tokens: int = 0
     started_at: float = field(default_factory=time.time)
@@ -65,9 +83,12 @@ class RequestRecord:
 
 
 class Metrics:
-    """One set of the Prometheus series (replaced as a whole by :meth:`Recorder.reset`)."""
+    """One set of the Prometheus series (replaced as a whole by :meth:`Recorder.reset`).
 
-    def __init__(self) -> None:
+    The ``vllm:`` series of ``model`` exist from the start, at 0, as a vLLM engine exports its
+    served model's before its first request."""
+
+    def __init__(self, model: str) -> None:
         self.started = Counter(
             "mock_requests_started", "Requests the mock started answering.", registry=None
         )
@@ -86,6 +107,11 @@ class Metrics:
         )
         self.tokens = Counter(
             "mock_tokens_generated", "Completion tokens generated.", registry=None
+        )
+        self.sent = Counter(
+            "mock_tokens_sent",
+            "Completion tokens in frames handed to the client's socket.",
+            registry=None,
         )
         self.tokens_after_disconnect = Counter(
             "mock_tokens_after_disconnect",
@@ -119,6 +145,9 @@ class Metrics:
             registry=None,
         )
         self._by_model: dict[str, tuple[Counter, Histogram]] = {}
+        self.for_model(model)
+        for reason in FINISHED_REASONS:
+            self.vllm_success.labels(reason, model)
 
     def for_model(self, model: str) -> tuple[Counter, Histogram]:
         """The ``vllm:`` token counter and TTFT histogram of one model (looked up once: the
@@ -138,6 +167,7 @@ class Metrics:
             self.cancelled,
             self.errored,
             self.tokens,
+            self.sent,
             self.tokens_after_disconnect,
             self.ttft,
             self.vllm_tokens,
@@ -176,13 +206,18 @@ class _Exporter(Collector):
 
 
 class Recorder:
-    """Records and metrics of one app; ``registry`` is its own Prometheus registry."""
+    """Records and metrics of one app; ``registry`` is its own Prometheus registry.
 
-    def __init__(self, max_records: int = MAX_RECORDS) -> None:
+    ``model`` is the one whose ``vllm:`` series are exported from the start (and after a
+    reset), before any request names it: the app gives its default model, the one a request
+    that names none gets."""
+
+    def __init__(self, *, model: str, max_records: int = MAX_RECORDS) -> None:
         self._records: deque[RequestRecord] = deque(maxlen=max_records)
         self._running: dict[str, RequestRecord] = {}
-        self._models: set[str] = set()  # every model asked for, for the vllm: gauges
-        self.metrics = Metrics()
+        self.model = model
+        self._models: set[str] = {model}  # the default and every model asked for (vllm: gauges)
+        self.metrics = Metrics(model)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Exporter(self))
 
@@ -211,8 +246,8 @@ class Recorder:
         self._records = deque(
             (r for r in self._records if r.id in self._running), maxlen=self._records.maxlen
         )
-        self._models = {r.model for r in self._running.values()}
-        self.metrics = Metrics()
+        self._models = {self.model, *(r.model for r in self._running.values())}
+        self.metrics = Metrics(self.model)
 
     # -- writing ------------------------------------------------------------------------
     def start(self, record: RequestRecord) -> RequestRecord:
@@ -236,6 +271,11 @@ class Recorder:
         if record.disconnected_at is not None:
             record.tokens_after_disconnect += count
             self.metrics.tokens_after_disconnect.inc(count)
+
+    def sent(self, record: RequestRecord, count: int) -> None:
+        """``count`` more completion tokens were handed to the client's socket."""
+        record.tokens_sent += count
+        self.metrics.sent.inc(count)
 
     def finish(
         self,

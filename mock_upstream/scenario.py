@@ -64,6 +64,12 @@ class Scenario:
     many tokens of whitespace and ellipses, as a model that "thinks out loud" in blank space),
     ``preamble_tokens`` (a text part before the tool calls) and, on the Messages route,
     ``thinking_tokens`` (an extended-thinking block, with its ``signature_delta``, first).
+
+    ``pause_on_backpressure`` changes what a slow reader does to generation. By default the
+    mock goes on generating (and counting, and billing) at its pace while the client's socket
+    is full, as llama.cpp and vLLM do; with ``pause_on_backpressure=True`` generation waits
+    whenever the socket does, which no engine we measured does (see
+    :mod:`mock_upstream.generation`). Unary answers are not affected.
     """
 
     ttft_ms: int = DEFAULT_TTFT_MS
@@ -86,6 +92,7 @@ class Scenario:
     filler_tokens: int = 0
     preamble_tokens: int = 0
     thinking_tokens: int = 0
+    pause_on_backpressure: bool = False
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -194,6 +201,7 @@ _CONVERTERS: Final[dict[str, Callable[[object], Any]]] = {
     "filler_tokens": _int(0),
     "preamble_tokens": _int(0),
     "thinking_tokens": _int(0),
+    "pause_on_backpressure": _bool,
 }
 _OPTIONAL: Final = frozenset(f.name for f in dataclasses.fields(Scenario) if f.default is None)
 KEYS: Final = tuple(_CONVERTERS)

@@ -1,16 +1,26 @@
 """Turn paced events into a streamed HTTP body (or one unary body), keeping the record.
 
-The body generator is where the waiting happens (:func:`mock_upstream.pacing.play` awaits
-inside it), so Starlette's disconnect listener cancels it at the next wait: the generator
-catches :class:`asyncio.CancelledError`, marks the record ``cancelled`` and re-raises.
-:class:`RecordedStreamingResponse` is the backstop for a disconnect that lands anywhere else
-(e.g. before the generator ever ran).
+A streamed answer has two halves, joined by a :class:`~mock_upstream.generation.Generation`
+strategy. :func:`generate` is the engine's half: it plays the events at their due times
+(:func:`mock_upstream.pacing.play` awaits inside it), encodes each into frames and books each
+token as generated, and how the answer ended. :func:`sse_body` is the server's half: the body
+generator Starlette's ``StreamingResponse`` drives, which hands each frame to uvicorn's
+``send`` and books its tokens as sent once ``send`` took it. By default generation runs ahead
+of a slow reader (a task of its own); with ``pause_on_backpressure`` it runs in step with the
+body (see :mod:`mock_upstream.generation`).
 
-``drop_after`` raises :class:`ConnectionDropped` from inside the generator after the last
-frame was handed over: uvicorn then closes the socket mid-body (the chunked body never gets
-its final chunk), which is what a client sees when an upstream dies. uvicorn logs any such
-exception as an error; :class:`QuietDropFilter` keeps that intended drop out of the log, installed
-only while a mock app is served (its lifespan, :func:`quiet_while_serving`).
+Starlette's disconnect listener cancels the body generator when the client leaves: it catches
+:class:`asyncio.CancelledError`, marks the record ``cancelled`` and stops generation at once.
+:class:`RecordedStreamingResponse` is the backstop for a disconnect that lands anywhere else:
+while the body waits in ``send`` for a full socket (the cancellation lands in Starlette, not in
+the generator) or before the body ever ran; it does the same.
+
+``drop_after`` ends generation with a drop marker (the record ``errored``), and the body raises
+:class:`ConnectionDropped` once the frames before it were handed over: uvicorn then closes the
+socket mid-body (the chunked body never gets its final chunk), which is what a client sees when
+an upstream dies. uvicorn logs any such exception as an error; :class:`QuietDropFilter` keeps
+that intended drop out of the log, installed only while a mock app is served (its lifespan,
+:func:`quiet_while_serving`).
 """
 
 from __future__ import annotations
@@ -38,12 +48,14 @@ from mock_upstream.events import (
     PartStarted,
     Usage,
 )
+from mock_upstream.generation import DROP, Frame, Frames, Generation
 from mock_upstream.plan import FinishReason, Part
 from mock_upstream.records import Recorder, RequestRecord
 
 SSE_HEADERS: Final = {"Cache-Control": "no-cache"}
 #: What ``comment_every_ms`` sends: a comment line, as OpenRouter's ``: OPENROUTER PROCESSING``.
 COMMENT: Final = b": MOCK-UPSTREAM PROCESSING\n\n"
+COMMENT_FRAME: Final = Frame(COMMENT)
 UVICORN_ERROR_LOGGER: Final = "uvicorn.error"
 
 
@@ -128,24 +140,26 @@ class Outcome:
     failed: bool = False
 
 
-async def sse_body(
+async def generate(
     events: AsyncGenerator[Event, None], wire: Wire, recorder: Recorder, record: RequestRecord
-) -> AsyncIterator[bytes]:
-    """The streamed body; keeps ``record`` in step with what was sent."""
+) -> Frames:
+    """The answer's frames, each when it is due; books the tokens generated and the ending."""
     try:
         async with aclosing(events):
             async for event in events:
                 if isinstance(event, Dropped):
                     recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
-                    raise ConnectionDropped(f"mock scenario drop_after: closing {record.id}")
+                    yield DROP
+                    return
                 if isinstance(event, Comment):
-                    yield COMMENT
+                    yield COMMENT_FRAME
                     continue
-                if isinstance(event, Delta):
-                    recorder.tokens(record, event.tokens)
+                tokens = event.tokens if isinstance(event, Delta) else 0
+                if tokens:
+                    recorder.tokens(record, tokens)
                 frames = wire.encode(event)
-                if frames:
-                    yield frames.encode()
+                if frames or tokens:
+                    yield Frame(frames.encode(), tokens)
                 if isinstance(event, Finished):
                     recorder.finish(
                         record,
@@ -157,6 +171,23 @@ async def sse_body(
                     recorder.finish(
                         record, "errored", completion_tokens=event.usage.completion_tokens
                     )
+    except Exception:
+        recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
+        raise
+
+
+async def sse_body(
+    generation: Generation, recorder: Recorder, record: RequestRecord
+) -> AsyncIterator[bytes]:
+    """The streamed body: each frame as soon as ``send`` takes it, booked as sent after."""
+    try:
+        async with aclosing(generation.frames()) as frames:
+            async for frame in frames:
+                if frame.drop:
+                    raise ConnectionDropped(f"mock scenario drop_after: closing {record.id}")
+                yield frame.data
+                if frame.tokens:
+                    recorder.sent(record, frame.tokens)
     except (asyncio.CancelledError, GeneratorExit):
         recorder.disconnected(record)
         raise
@@ -165,6 +196,8 @@ async def sse_body(
     except Exception:
         recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
         raise
+    finally:
+        generation.stop()
 
 
 async def collect(
@@ -203,16 +236,19 @@ def vllm_reason(finish: FinishReason) -> str:
 
 
 class RecordedStreamingResponse(StreamingResponse):
-    """A streaming response that never leaves its record ``running`` once it is done."""
+    """A streaming response that, once it is done, leaves neither its record ``running`` nor
+    its generation going."""
 
     def __init__(
         self,
-        content: AsyncIterator[bytes],
+        generation: Generation,
         *,
         recorder: Recorder,
         record: RequestRecord,
     ) -> None:
-        super().__init__(content, media_type="text/event-stream", headers=SSE_HEADERS)
+        body = sse_body(generation, recorder, record)
+        super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        self.generation = generation
         self.recorder = recorder
         self.record = record
 
@@ -220,5 +256,6 @@ class RecordedStreamingResponse(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            # still running here: the body never reached its end (client left early)
+            # still running here: the answer never reached its end (the client left early)
             self.recorder.disconnected(self.record)
+            self.generation.stop()

@@ -1,35 +1,40 @@
 """``backpressure``: a slow reader does not make the proxy's memory grow without bound.
 
-Experiment: the upstream generates as fast as it can (400,000 tokens, about 43 MB, with next
-to no pacing) while the client reads a little at a time through a small receive buffer. Every
-POLL_S we compare two counts, both in tokens: how many the mock has generated, and how many
-the client has read (it counts the text it got with the mock's own tokenizer). Their
-difference, the *lead*, is what sits between them, in socket buffers and in the proxy. (The
-slow reader takes next to nothing, a few tokens a second, so the lead is nearly the
-upstream's count.)
+Experiment: the upstream generates as fast as it can (400,000 tokens, about 43 MB of events,
+with next to no pacing) while the client reads a little at a time through a small receive
+buffer. Every POLL_S we compare two counts, both in tokens: how many the mock has *sent*
+(``tokens_sent``: in frames its server handed to the socket towards the proxy), and how many the
+client has read (it counts the text it got with the mock's own tokenizer). Their difference, the
+*lead*, is what sits between them, in socket buffers and in the proxy. (The slow reader takes
+next to nothing, a few tokens a second, so the lead is nearly the upstream's sent count.)
 
-A proxy with backpressure (it reads the upstream only as fast as the client takes the bytes,
-or through a *bounded* queue) lets the kernel's socket buffers fill, and then the upstream
-cannot send any more: its count stands still while the client goes on reading. The lead stops
+The mock, like a real engine (llama.cpp, vLLM), does not pause for a slow reader: it goes on
+generating, and billing, at its pace until the request is cancelled, and keeps what it could
+not send in its own buffer. So its *generated* count says nothing about the proxy; what the
+proxy controls is how much the upstream can send. A proxy with backpressure (it reads the
+upstream only as fast as the client takes the bytes, or through a *bounded* queue) lets the
+kernel's socket buffers fill, and then the upstream can send no more: its sent count stands
+still while the client goes on reading, and the proxy's memory stays bounded. The lead stops
 at what the buffers hold, whatever the machine's speed: 44,000 to 89,000 tokens measured here
 (the kernel's autotuned socket buffers, about 5 MB on each side of the proxy), for both
 references and the broken proxies whose bug lies elsewhere, at 0.5, 1 and 2 CPUs. A proxy that
-reads the upstream into an unbounded queue keeps the upstream going: the lead grows until the
-upstream has made its whole stream, and every token of it is in the proxy's memory.
+reads the upstream into an unbounded queue takes everything the upstream sends: the lead grows
+until the whole stream has been sent, and every token of it is in the proxy's memory.
 
-Pass: once flowing (MIN_FLOWING tokens), the upstream's count stands still (at most
+Pass: once flowing (MIN_FLOWING tokens sent), the upstream's sent count stands still (at most
 MAX_CREEP more tokens) for PLATEAU_S while the client reads on, with a lead under LEAD_LIMIT.
 Fail: the lead passes LEAD_LIMIT (200,000 tokens, more than twice the most any correct proxy's
-buffers held), or the upstream finishes while the client has read little (or the proxy ends
-the slow reader's stream early, which is not holding it back either). Correct and broken
-land far apart in tokens, not in seconds: a slow machine only takes longer to get there (a
-correct proxy is held back after about 6 s at half a CPU, 4 s at one; an unbounded queue
-passes the limit after about 13 s and 9 s). The proxy's resident memory growth is reported as
-evidence when its process id is known, never judged: a slow machine grows it slowly.
+buffers held), or the upstream has sent its whole stream while the client has read little (or
+the proxy ends the slow reader's stream early, which is not holding it back either). Correct
+and broken land far apart in tokens, not in seconds: a slow machine only takes longer to get
+there (a correct proxy's buffers are full after about 6 s at half a CPU, 4 s at one; an
+unbounded queue passes the limit after about 13 s and 9 s). The proxy's resident memory growth
+is reported as evidence when its process id is known, never judged: a slow machine grows it
+slowly.
 
 Inconclusive (never a fail): the window (``window_s``: 20 s, twice that below one CPU) closes
-while the upstream is still moving with a lead under LEAD_LIMIT, or stands still while the
-client gets no CPU to read: the machine was too slow to reach either case.
+while the upstream is still sending with a lead under LEAD_LIMIT, or its sent count stands still
+while the client gets no CPU to read: the machine was too slow to reach either case.
 
 Run this check on a mock upstream of its own: at full speed it slows down any other
 experiment sharing that mock (``arun_checks`` runs it after the others, and below two CPUs
@@ -48,7 +53,7 @@ import httpx
 import psutil
 
 from labkit.capture import SLOW_READER_RCVBUF
-from labkit.checks.context import CheckContext, Outcome, chat_body, finished, ms
+from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished, ms
 from labkit.checks.machine import budget_scale
 from labkit.checks.result import CheckResult
 from labkit.sse import SSEDecoder, SSEEvent
@@ -62,8 +67,8 @@ TOKENS = 400_000  # ~43 MB of events: four times what the socket buffers held at
 SCENARIO = {"ttft_ms": 0, "tps": 100_000, "tokens": TOKENS}
 WINDOW_S = 20.0  # at one CPU or more; up to twice as long below (``window_s``)
 PLATEAU_S = 1.0
-MAX_CREEP = 200  # tokens the upstream may still make while held back
-MIN_FLOWING = 1000  # tokens before a standstill counts (the stream must have been flowing)
+MAX_CREEP = 200  # tokens the upstream may still send while the buffers are full
+MIN_FLOWING = 1000  # tokens sent before a standstill counts (the stream must have flowed)
 LEAD_LIMIT = 200_000  # tokens between upstream and client: twice the most buffers held
 READ_INTERVAL_S = 0.25
 POLL_S = 0.1
@@ -115,13 +120,13 @@ class SlowReader:
 @dataclass(frozen=True)
 class Sample:
     t: float
-    generated: int
+    sent: int  # by the upstream (``tokens_sent``), not generated: it generates on regardless
     read: int
     reads: int
 
     @property
     def lead(self) -> int:
-        return self.generated - self.read
+        return self.sent - self.read
 
 
 def window_s() -> float:
@@ -130,14 +135,31 @@ def window_s() -> float:
 
 
 def _held_back(history: list[Sample]) -> bool:
-    """Over the last PLATEAU_S the upstream, once flowing, made almost no tokens, while the
-    client went on reading (so the grader had CPU: the upstream was waiting, not starved)."""
+    """Over the last PLATEAU_S the upstream, once flowing, sent almost no tokens, while the
+    client went on reading (so the grader had CPU: the buffers were full, not the machine
+    starved)."""
     now = history[-1]
     before = [s for s in history if s.t < now.t - PLATEAU_S]
-    if not before or before[-1].generated < MIN_FLOWING:
+    if not before or before[-1].sent < MIN_FLOWING:
         return False
     start = before[-1]
-    return now.generated - start.generated <= MAX_CREEP and now.reads > start.reads
+    return now.sent - start.sent <= MAX_CREEP and now.reads > start.reads
+
+
+def _stream_over(record: Record) -> bool:
+    """The upstream's stream to the proxy is over: the request was cancelled or failed, or it
+    was generated whole and every token of it sent. (A record is ``completed`` once its last
+    token is generated, while frames may still wait for the proxy to take them.)"""
+    state = record.get("state")
+    if state == "running":
+        return False
+    if state == "completed":
+        return _count(record, "tokens_sent") >= _count(record, "tokens_generated")
+    return True
+
+
+def _count(record: Record | None, key: str) -> int:
+    return 0 if record is None else int(record.get(key) or 0)
 
 
 def _rss(pid: int | None) -> int | None:
@@ -162,14 +184,15 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
     try:
         while not reader.ended and time.monotonic() - started < window:
             record = await ctx.record(SEED, wait_s=0)
-            generated = 0 if record is None else int(record.get("tokens_generated") or 0)
-            sample = Sample(time.monotonic() - started, generated, reader.tokens_read, reader.reads)
+            sent = _count(record, "tokens_sent")
+            sample = Sample(time.monotonic() - started, sent, reader.tokens_read, reader.reads)
             history.append(sample)
             rss = _rss(ctx.proxy_pid)
             if rss is not None and rss_peak is not None:
                 rss_peak = max(rss_peak, rss)
-            if record is not None and record.get("state") != "running":
+            if record is not None:
                 upstream_state = str(record.get("state"))
+            if record is not None and _stream_over(record):
                 verdict = "finished"
                 break
             if sample.lead > LEAD_LIMIT:
@@ -186,6 +209,7 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
     record = await ctx.record(SEED, until=finished)
     last = history[-1] if history else Sample(0.0, 0, 0, 0)
     evidence = {
+        "upstream_tokens_sent": last.sent,
         "upstream_tokens_generated": None if record is None else record.get("tokens_generated"),
         "client_tokens_read": reader.tokens_read,
         "lead_tokens": last.lead,
@@ -199,17 +223,18 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
     }
     if verdict == "held":
         return result.passed(
-            "a slow reader holds the upstream back, so the proxy's memory stays bounded",
+            "a slow reader holds back what the upstream can send, so the proxy's memory stays "
+            "bounded",
             evidence,
         )
-    if verdict == "ahead" or upstream_state == "completed":
+    if verdict == "ahead" or (verdict == "finished" and upstream_state == "completed"):
         return result.failed(
             "the proxy reads the upstream ahead of a slow client: its memory grows without bound",
             evidence,
             "let the client's pace reach the upstream: read the next upstream chunk only after "
             "the last one was sent, or put a bounded asyncio.Queue(maxsize=...) between them.",
         )
-    if reader.status != 200 or last.generated == 0:
+    if reader.status != 200 or last.sent == 0:
         return result.failed(
             "the slow reader got no stream to read",
             {**evidence, "status": reader.status, "error": reader.error},
@@ -218,23 +243,24 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
         )
     if verdict == "finished" or reader.ended:
         return result.failed(
-            "the stream to a slow reader ended early instead of holding the upstream back",
+            "the stream to a slow reader ended early instead of holding back what the upstream "
+            "sends",
             {**evidence, "error": reader.error},
             "keep a slow client's stream open and let its pace reach the upstream: no write "
             "timeout that drops it, and a bounded asyncio.Queue(maxsize=...) between them.",
         )
     earlier = [s for s in history if s.t < last.t - PLATEAU_S]
-    moving = not earlier or last.generated - earlier[-1].generated > MAX_CREEP
+    moving = not earlier or last.sent - earlier[-1].sent > MAX_CREEP
     if moving:
         reason = (
-            f"after {last.t:.1f} s the upstream had made {last.generated} tokens and was still "
-            f"moving, with a lead of {last.lead} tokens (under {LEAD_LIMIT}): neither held back "
-            "nor running away yet"
+            f"after {last.t:.1f} s the upstream had sent {last.sent} tokens and was still "
+            f"sending, with a lead of {last.lead} tokens (under {LEAD_LIMIT}): neither held "
+            "back nor running away yet"
         )
     else:
         reason = (
-            f"the upstream stood still at {last.generated} tokens, but the slow reader got no "
-            "CPU to read meanwhile: waiting and starving look the same"
+            f"the upstream's sent count stood still at {last.sent} tokens, but the slow reader "
+            "got no CPU to read meanwhile: full buffers and a starved machine look the same"
         )
     return result.inconclusive(
         "inconclusive: the machine was too slow to fill the socket buffers in time",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -61,12 +62,24 @@ class _Server(uvicorn.Server):
         pass
 
 
-def serve(app: FastAPI) -> Iterator[str]:
+def serve(app: FastAPI, *, send_buffer: int | None = None) -> Iterator[str]:
+    """Serve ``app`` on a free port. ``send_buffer`` sets SO_SNDBUF on the listening socket,
+    which the connections it accepts inherit (Linux): a small one keeps what a stalled reader
+    leaves in flight small and the same on every machine, instead of the megabytes the kernel's
+    autotuning allows."""
     config = uvicorn.Config(
         app, host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=1
     )
     server = _Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    sockets = None
+    if send_buffer is not None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+        listener.bind(("127.0.0.1", 0))
+        sockets = [listener]
+    thread = threading.Thread(
+        target=lambda: asyncio.run(server.serve(sockets=sockets)), daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + 5.0
     while not server.started:
@@ -81,9 +94,9 @@ def serve(app: FastAPI) -> Iterator[str]:
         thread.join(timeout=5.0)
 
 
-def live_server(defaults: Scenario) -> Iterator[LiveServer]:
+def live_server(defaults: Scenario, *, send_buffer: int | None = None) -> Iterator[LiveServer]:
     app = create_app(defaults)
-    for url in serve(app):
+    for url in serve(app, send_buffer=send_buffer):
         with httpx.Client(base_url=url, timeout=10.0) as client:
             yield LiveServer(app, url, client)
 

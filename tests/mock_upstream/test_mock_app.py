@@ -35,6 +35,7 @@ def test_debug_requests_lists_records_oldest_first_with_the_contract_fields(
         "state",
         "stream",
         "tokens_generated",
+        "tokens_sent",
         "tokens_after_disconnect",
         "include_usage",
         "prompt_tokens",
@@ -70,11 +71,54 @@ def test_metrics_are_prometheus_text_with_every_series(server: LiveServer) -> No
         "mock_requests_cancelled_total",
         "mock_requests_errored_total",
         "mock_tokens_generated_total",
+        "mock_tokens_sent_total",
         "mock_tokens_after_disconnect_total",
         "mock_ttft_seconds_bucket",
     ]:
         assert f"\n{name}" in response.text, name
     assert server.metric("mock_tokens_generated_total") == 24
+    assert server.metric("mock_tokens_sent_total") == 0  # a unary answer sends no frames
+
+
+def test_a_stream_read_to_the_end_was_sent_whole(server: LiveServer) -> None:
+    with server.client.stream(
+        "POST", "/v1/chat/completions", json={**CHAT, "stream": True}
+    ) as response:
+        response.read()
+    [record] = server.records()
+    assert record["tokens_sent"] == record["tokens_generated"] == record["completion_tokens"] == 24
+    assert server.metric("mock_tokens_sent_total") == 24
+
+
+def test_the_vllm_series_exist_on_a_fresh_mock_before_any_request(
+    fresh_server: LiveServer,
+) -> None:
+    """As on vLLM, a dashboard (or a notebook cell) finds them before the first request,
+    labelled with the mock's default model."""
+    text = fresh_server.client.get("/metrics").text
+    for line in [
+        'vllm:num_requests_running{model_name="mock-gpt"} 0.0',
+        'vllm:num_requests_waiting{model_name="mock-gpt"} 0.0',
+        'vllm:generation_tokens_total{model_name="mock-gpt"} 0.0',
+        'vllm:time_to_first_token_seconds_count{model_name="mock-gpt"} 0.0',
+        'vllm:request_success_total{finished_reason="stop",model_name="mock-gpt"} 0.0',
+        'vllm:request_success_total{finished_reason="length",model_name="mock-gpt"} 0.0',
+        'vllm:request_success_total{finished_reason="abort",model_name="mock-gpt"} 0.0',
+    ]:
+        assert f"\n{line}\n" in text, line
+    assert fresh_server.records() == []
+
+
+def test_a_reset_keeps_the_default_models_vllm_series_and_forgets_the_others(
+    server: LiveServer,
+) -> None:
+    server.client.post("/v1/chat/completions", json={**CHAT, "model": "lab-model"})
+    assert 'model_name="lab-model"' in server.client.get("/metrics").text
+    server.client.post("/debug/reset").raise_for_status()
+    text = server.client.get("/metrics").text
+    assert '\nvllm:num_requests_running{model_name="mock-gpt"} 0.0\n' in text
+    assert '\nvllm:generation_tokens_total{model_name="mock-gpt"} 0.0\n' in text
+    assert 'model_name="lab-model"' not in text
 
 
 def test_metrics_carry_the_vllm_names_labelled_by_model(server: LiveServer) -> None:

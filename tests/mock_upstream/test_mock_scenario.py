@@ -72,3 +72,16 @@ def test_direct_construction_is_checked_too() -> None:
 
 def test_changed_lists_only_the_keys_that_differ_from_the_defaults() -> None:
     assert Scenario(tps=5, error_after=2).changed() == {"tps": 5.0, "error_after": 2}
+
+
+def test_pause_on_backpressure_is_off_unless_asked_for_and_checked_like_any_boolean() -> None:
+    assert Scenario().pause_on_backpressure is False
+    assert resolve(Scenario(), "pause_on_backpressure=on", None).pause_on_backpressure is True
+    assert resolve(Scenario(), None, {"pause_on_backpressure": True}).changed() == {
+        "pause_on_backpressure": True
+    }
+    with pytest.raises(ScenarioError) as caught:
+        parse_body({"pause_on_backpressure": "sometimes"})
+    assert str(caught.value) == (
+        "mock: pause_on_backpressure='sometimes' is not valid: expected true or false (1 or 0)"
+    )
