@@ -200,6 +200,7 @@ def _download(download: Download, folder: Path, progress: Progress) -> Path:
             problem=f"its SHA-256 is {got}, the recipe pins {download.sha256}",
             fix="the index served a different file: use PyPI or a faithful mirror",
         )
+    os.chmod(part.name, 0o644)
     os.replace(part.name, target)
     size = target.stat().st_size / 2**20
     progress(f"engine: {download.filename}: {size:.0f} MB in {time.monotonic() - started:.0f} s")
@@ -288,7 +289,9 @@ def _compile(
         )
     minutes, seconds = divmod(int(time.monotonic() - started), 60)
     progress(f"engine: built {binary} in {minutes} min {seconds} s")
-    shutil.rmtree(build, ignore_errors=True)  # the objects are not needed again
+    # the objects and the unpacked tree are not needed again (the verified sdist stays)
+    shutil.rmtree(build, ignore_errors=True)
+    shutil.rmtree(root / "src" / recipe.key, ignore_errors=True)
 
 
 def _run(argv: list[str], out: TextIO, log: Path, step: str, *, progress: Progress | None) -> None:
