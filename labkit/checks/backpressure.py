@@ -202,6 +202,8 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
                 verdict = "held"
                 break
             await asyncio.sleep(POLL_S)
+        # read before the reader is cancelled below, which ends it too
+        ended_by_itself = reader.ended
     finally:
         client.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -241,7 +243,7 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
             "forward the upstream's stream (status 200, text/event-stream).",
             step="02_forwarding_proxy",
         )
-    if verdict == "finished" or reader.ended:
+    if verdict == "finished" or ended_by_itself:
         return result.failed(
             "the stream to a slow reader ended early instead of holding back what the upstream "
             "sends",
