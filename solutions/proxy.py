@@ -17,7 +17,8 @@ cell, which writes it into this file (``%%proxy_part``). Which notebook, and wha
 * 06 ``error_event``, ``forward_whole``: failures after the 200 become error events; failures
   before it keep their status and ``Retry-After``;
 * 07 ``upstream_timeout``, ``next_item``: no 5 s default, heartbeats, an idle deadline;
-* 10 ``make_queue``: a bounded queue, so a slow client slows the upstream instead of growing us.
+* 10 ``make_queue``: a bounded queue, so a slow client cannot grow us, and a stall deadline, so
+  a client that takes nothing is let go and the upstream's generation (and its bill) stops.
 
 Everything else (settings, types, request checks, the app) is given.
 
@@ -29,16 +30,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect
+from starlette.responses import StreamingResponse as StarletteStreamingResponse
+from starlette.types import Send
 
 # ---------------------------------------------------------------------------------------------
 # Settings (given)
@@ -51,6 +54,9 @@ HEARTBEAT_S = float(os.environ.get("HEARTBEAT_S", "2"))
 UPSTREAM_IDLE_S = float(os.environ.get("UPSTREAM_IDLE_S", "60"))
 # Events held between the upstream reader and a slow client before the reader waits.
 QUEUE_EVENTS = 64
+# Give up on a client that has taken nothing for this long while the queue was full: its
+# response ends and the upstream is closed. (nginx's send_timeout, the same idea, is 60 s.)
+STALL_DEADLINE_S = float(os.environ.get("STALL_DEADLINE_S", "30"))
 # After the upstream's last event, how long the reader may take to read the body's end.
 READER_GRACE_S = 5.0
 # Larger request bodies get a 413: no lab prompt comes near this.
@@ -173,6 +179,21 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 app = FastAPI(title="streaming proxy", lifespan=lifespan)
+
+
+class StreamingResponse(StarletteStreamingResponse):
+    """Starlette's ``StreamingResponse``, except that the body generator is closed however the
+    response ends. When the body's task is cancelled while a ``send`` waits for a client that
+    reads nothing, Starlette leaves the generator suspended at its ``yield``, and its
+    ``finally`` (``relay``'s: stop the reader, log the usage) would run only whenever the
+    garbage collector got to it."""
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            if isinstance(self.body_iterator, AsyncGenerator):
+                await self.body_iterator.aclose()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -430,13 +451,28 @@ async def next_item(queue: asyncio.Queue[Item]) -> Item | None:
 
 
 # ---------------------------------------------------------------------------------------------
-# 10 · Backpressure
+# 10 · Backpressure and a stall deadline
 
 
 def make_queue() -> asyncio.Queue[Item]:
     """The queue between the reader task and the body. Bounded by ``QUEUE_EVENTS``: when the
-    client reads slowly, the reader waits, and TCP makes the upstream wait too."""
+    client reads slowly, the reader waits, so a slow client cannot grow our memory. A ``put``
+    that has waited ``STALL_DEADLINE_S`` means the client took nothing for that long: give up
+    on it by cancelling the task that sends the body, which ends the response as if the client
+    had left (``relay`` stops the reader, which closes the upstream, and logs ``cancelled``)."""
     ### BEGIN SOLUTION
     ### STAND-IN: return asyncio.Queue()
-    return asyncio.Queue(maxsize=QUEUE_EVENTS)
+    queue: asyncio.Queue[Item] = asyncio.Queue(maxsize=QUEUE_EVENTS)
+    put, body = queue.put, asyncio.current_task()  # relay calls us in the body's task
+
+    async def put_or_give_up(item: Item) -> None:
+        try:
+            async with asyncio.timeout(STALL_DEADLINE_S):
+                await put(item)
+        except TimeoutError:  # the queue stayed full: the client took nothing meanwhile
+            if body is not None:
+                body.cancel()  # its send stops waiting; the item goes nowhere
+
+    queue.put = put_or_give_up  # type: ignore[method-assign]
+    return queue
     ### END SOLUTION
