@@ -2,6 +2,7 @@
 
     labkit grade proxy.py [--json] [--gradescope results.json] [--rubric rubric.toml]
     labkit grade --url http://127.0.0.1:8080 --upstream http://127.0.0.1:8001
+    labkit grade proxy.py --engine [URL]     (against a real engine: ours, or the one at URL)
     labkit grade --roster submissions/ --out grades/ [--jobs N] [--reference solutions/proxy.py]
     labkit grade --roster submissions/ --shard 2/4 --out grades-2/   (one of four machines)
     labkit merge grades-1/ grades-2/ grades-3/ grades-4/ --out grades/
@@ -54,6 +55,7 @@ __all__ = ["UsageError", "build_parser", "main"]
 
 
 DEFAULT_REFERENCE = Path("solutions") / "proxy.py"
+OUR_ENGINE = ""  # --engine without a URL: start ours
 
 
 class UsageError(LabkitError):
@@ -104,6 +106,15 @@ def _add_grade(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     grade.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
     grade.add_argument("--only", nargs="+", metavar="ID", choices=ALL_IDS, help="check ids")
     grade.add_argument(
+        "--engine",
+        nargs="?",
+        const=OUR_ENGINE,
+        metavar="URL",
+        help="run the checks that need no fault injection against a real engine instead of the "
+        "mock: ours (llama-server with SmolLM2-135M, built by `make engine`), or the "
+        "OpenAI-compatible engine at URL (no /v1; with --url, the engine that proxy forwards to)",
+    )
+    grade.add_argument(
         "--profile",
         choices=PROFILES,
         default="lab",
@@ -120,10 +131,16 @@ def _run_grade(args: argparse.Namespace) -> int:
             "Expected one of: a proxy file, --url URL --upstream URL, or --roster PATH --out DIR. "
             "Run `labkit grade --help` for examples."
         )
-    if args.url is not None and args.upstream is None:
+    if args.url is not None and args.upstream is None and not args.engine:
         raise UsageError(
             "--url needs --upstream: the mock upstream that proxy forwards to "
-            "(start one with `mock-upstream --port 8001`)."
+            "(start one with `mock-upstream --port 8001`), or --engine URL: the real engine "
+            "it forwards to (a running proxy cannot be pointed at an engine started now)."
+        )
+    if args.url is not None and args.upstream is not None and args.engine is not None:
+        raise UsageError(
+            "--url takes --upstream (a mock) or --engine URL (a real engine), not both: give "
+            "the one that proxy forwards to."
         )
     if args.roster is not None and args.out is None:
         raise UsageError("--roster needs --out DIR: where to write grades.csv and feedback.")
@@ -134,13 +151,18 @@ def _run_grade(args: argparse.Namespace) -> int:
             "--profile gateway grades one deployed gateway (--url) or one file; a roster is "
             "graded on the lab's checks. Leave --profile out with --roster."
         )
+    if args.engine is not None and args.roster is not None:
+        raise UsageError(
+            "--engine grades one proxy at a time (the engine is one machine that the checks "
+            "share): give a proxy file, or grade the roster against the mock."
+        )
     if args.only is None and args.profile != "lab":
         args.only = list(select(None, args.profile))
     rubric = Rubric.load(args.rubric)
     if args.roster is not None:
         return _grade_roster(args, rubric)
     if args.url is not None:
-        report = asyncio.run(agrade_url(args.url, args.upstream, rubric, only=args.only))
+        report = asyncio.run(_grade_url(args, rubric))
     else:
         path = Path(args.file)
         if not path.is_file():
@@ -148,9 +170,7 @@ def _run_grade(args: argparse.Namespace) -> int:
             if args.gradescope is not None:  # Gradescope needs a results file whatever happens
                 _write_json(Path(args.gradescope), message_results(message, time.monotonic()))
             raise UsageError(message)
-        report = grade_in_worker(
-            Submission(path.name, path), rubric, rubric_path=args.rubric, only=args.only
-        )
+        report = _grade_file(args, path, rubric)
     if args.gradescope is not None:
         _write_json(Path(args.gradescope), gradescope_results(report))
     if args.json:
@@ -158,6 +178,31 @@ def _run_grade(args: argparse.Namespace) -> int:
     else:
         print(render_table(report))
     return _exit_code([report])
+
+
+def _grade_file(args: argparse.Namespace, path: Path, rubric: Rubric) -> SubmissionReport:
+    """Grade one file in a worker; with --engine, against our engine (started for this
+    grading and stopped after it) or the one at --engine's URL."""
+    submission = Submission(path.name, path)
+    if args.engine is None:
+        return grade_in_worker(submission, rubric, rubric_path=args.rubric, only=args.only)
+    from labkit.grading.engine_upstream import engine_at, start_grading_engine
+
+    if args.engine == OUR_ENGINE:
+        print("Starting the real engine for this grading ...", file=sys.stderr, flush=True)
+    engine = start_grading_engine() if args.engine == OUR_ENGINE else engine_at(args.engine)
+    try:
+        return grade_in_worker(
+            submission, rubric, rubric_path=args.rubric, only=args.only, engine_url=engine.url
+        )
+    finally:
+        engine.stop()  # ours stops; an engine given by URL is left running
+
+
+async def _grade_url(args: argparse.Namespace, rubric: Rubric) -> SubmissionReport:
+    if not args.engine:  # --engine without a URL was refused in _run_grade
+        return await agrade_url(args.url, args.upstream, rubric, only=args.only)
+    return await agrade_url(args.url, args.engine, rubric, only=args.only, upstream="engine")
 
 
 def _write_json(target: Path, data: object) -> None:

@@ -19,6 +19,11 @@ of the experiment's own times where possible, and wide margins where a time is t
 check that cannot decide because the machine is too slow (``concurrency``, ``backpressure``) is
 *inconclusive*: skipped, so never a FAIL, with the measured reason in its evidence (see
 ``labkit.checks.result``). Below one CPU the time budgets stretch (``labkit.checks.machine``).
+
+With ``upstream="engine"`` the proxy forwards to a real engine instead of the mock: the
+checks that need no fault injection (``catalogue.ENGINE_IDS``) run one after another against
+it, reading the engine's own counters (``labkit.checks.engine_books``); the others come back
+skipped, their verdict saying why only the mock can run them.
 """
 
 from labkit.checks.catalogue import CHECK_IDS, CHECKS, LANES, Check

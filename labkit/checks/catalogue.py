@@ -13,6 +13,13 @@ a shared one ``arun_checks`` runs it after the others (``SOLO_LANE``).
 Profiles: ``CHECKS`` are the lab's (``CHECK_IDS``, what every grading runs, each in seconds).
 ``GATEWAY_CHECKS`` add what only a deployed gateway meets and that takes the real durations
 (``minute_stream``, over a minute): ``select(profile="gateway")`` runs both.
+
+On a real engine (``labkit grade --engine``) a check runs its ``on_engine`` experiment, which
+reads the engine's own books instead of the mock's records, within ``engine_budget_s``. The
+engine is one shared machine, not a mock started per lane: those checks run one after another
+(``ENGINE_IDS``, catalogue order). A check that needs what only the mock does (faults on demand,
+exact pacing, SSE comments) has no ``on_engine`` and says why in ``mock_only``; the report lists
+it as not run, with that reason.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ __all__ = [
     "ALL_IDS",
     "CHECKS",
     "CHECK_IDS",
+    "ENGINE_IDS",
     "GATEWAY_CHECKS",
     "LANES",
     "PROFILES",
@@ -57,16 +65,24 @@ Profile = Literal["lab", "gateway"]
 PROFILES: tuple[Profile, ...] = ("lab", "gateway")
 
 
+CheckRun = Callable[[CheckContext], Awaitable[CheckResult]]
+FAULTS = "needs fault injection, which only the mock does"
+
+
 @dataclass(frozen=True)
 class Check:
     """One property check: ``run`` drives the experiment; ``budget_s`` bounds it; ``step`` is
-    the notebook that teaches the property."""
+    the notebook that teaches the property. ``on_engine`` is the experiment against a real
+    engine, bounded by ``engine_budget_s``; without it, ``mock_only`` says why it has none."""
 
     id: str
-    run: Callable[[CheckContext], Awaitable[CheckResult]]
+    run: CheckRun
     budget_s: float
     summary: str
     step: str
+    on_engine: CheckRun | None = None
+    engine_budget_s: float = 0.0
+    mock_only: str = ""
 
 
 CHECKS: tuple[Check, ...] = (
@@ -76,6 +92,8 @@ CHECKS: tuple[Check, ...] = (
         10.0,
         "tokens reach the client as they are generated",
         trickle.STEP,
+        on_engine=trickle.check_trickle_on_engine,
+        engine_budget_s=45.0,
     ),
     Check(
         "cancel",
@@ -83,6 +101,8 @@ CHECKS: tuple[Check, ...] = (
         8.0,
         "a client disconnect stops the upstream promptly",
         cancel.STEP,
+        on_engine=cancel.check_cancel_on_engine,
+        engine_budget_s=60.0,
     ),
     Check(
         "cancel_before_first_token",
@@ -90,6 +110,8 @@ CHECKS: tuple[Check, ...] = (
         6.0,
         "a disconnect while waiting for the first token also stops it",
         cancel.STEP,
+        on_engine=cancel.check_cancel_before_first_token_on_engine,
+        engine_budget_s=60.0,
     ),
     Check(
         "usage",
@@ -97,6 +119,8 @@ CHECKS: tuple[Check, ...] = (
         10.0,
         "the usage log has the true counts, once, right outcome",
         usage.STEP,
+        on_engine=usage.check_usage_on_engine,
+        engine_budget_s=90.0,
     ),
     Check(
         "midstream_error",
@@ -104,6 +128,7 @@ CHECKS: tuple[Check, ...] = (
         8.0,
         "a failure after the first token becomes an in-stream error event",
         midstream_error.STEP,
+        mock_only=FAULTS + " (an error after the first token)",
     ),
     Check(
         "upstream_status",
@@ -111,6 +136,7 @@ CHECKS: tuple[Check, ...] = (
         6.0,
         "an upstream 429/5xx before the stream keeps its status and Retry-After",
         upstream_status.STEP,
+        mock_only=FAULTS + " (an error status before the stream)",
     ),
     Check(
         "long_stream",
@@ -118,6 +144,8 @@ CHECKS: tuple[Check, ...] = (
         16.0,
         "a slow first token and a long stream survive",
         long_stream.STEP,
+        mock_only="needs a first token slower than a client's default timeout, on demand, "
+        "which only the mock's pacing gives",
     ),
     Check(
         "keepalive",
@@ -125,6 +153,8 @@ CHECKS: tuple[Check, ...] = (
         10.0,
         "SSE comments while the upstream is silent",
         keepalive.STEP,
+        mock_only="needs an upstream silent for seconds mid-stream, which only the mock's "
+        "pacing gives",
     ),
     Check(
         "concurrency",
@@ -132,6 +162,8 @@ CHECKS: tuple[Check, ...] = (
         22.0,
         "many concurrent streams all get through",
         concurrency.STEP,
+        on_engine=concurrency.check_concurrency_on_engine,
+        engine_budget_s=75.0,
     ),
     Check(
         "backpressure",
@@ -139,6 +171,8 @@ CHECKS: tuple[Check, ...] = (
         25.0,
         "a slow reader does not grow the proxy memory",
         backpressure.STEP,
+        mock_only="needs an upstream streaming flat out, thousands of tokens a second, which "
+        "only the mock does",
     ),
     Check(
         "passthrough",
@@ -146,6 +180,7 @@ CHECKS: tuple[Check, ...] = (
         10.0,
         "upstream SSE comments never reach the client as data",
         passthrough.STEP,
+        mock_only="needs SSE comments from the upstream, which only the mock sends",
     ),
     Check(
         "error_before_first_token",
@@ -153,6 +188,7 @@ CHECKS: tuple[Check, ...] = (
         25.0,
         "a 200 whose first event is an error stays an error, in the stream and the log",
         error_before_first_token.STEP,
+        mock_only=FAULTS + " (an error event before the first token)",
     ),
     Check(
         "tool_calls",
@@ -160,6 +196,7 @@ CHECKS: tuple[Check, ...] = (
         10.0,
         "parallel tool calls keep their index and id; the SDK assembles both",
         tool_calls.STEP,
+        mock_only="needs parallel tool-call deltas on demand, which only the mock sends",
     ),
 )
 CHECK_IDS: tuple[str, ...] = tuple(check.id for check in CHECKS)
@@ -170,10 +207,13 @@ GATEWAY_CHECKS: tuple[Check, ...] = (
         minute_stream.BUDGET_S,
         "a stream of over a minute, mostly silent, gets through",
         minute_stream.STEP,
+        mock_only="needs a minute-long, mostly silent stream, which only the mock's pacing gives",
     ),
 )
 ALL_IDS: tuple[str, ...] = CHECK_IDS + tuple(check.id for check in GATEWAY_CHECKS)
 BY_ID = {check.id: check for check in CHECKS + GATEWAY_CHECKS}
+#: The checks that run against a real engine, in the order they run there (one at a time).
+ENGINE_IDS: tuple[str, ...] = tuple(i for i in ALL_IDS if BY_ID[i].on_engine is not None)
 
 LANES: tuple[tuple[str, ...], ...] = (
     # error_before_first_token shares its lane with upstream_status: both leave log lines

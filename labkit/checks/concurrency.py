@@ -22,6 +22,15 @@ was slow while the median probe stayed fast (PAUSE_MEDIAN_S). That one pause of 
 seen for correct proxies at half a CPU (3 of about 40 gradings, median probe 2-3 ms), when the
 grader's other lanes and the mock competed for the CPU; a blocked loop is slow all along (the
 sync-client proxy: slowest probe 3.0 s, median 150-190 ms, measured at two CPUs).
+
+On a real engine (``check_concurrency_on_engine``) the streams are as many as the engine has
+slots (ENGINE_STREAMS: more would wait in its queue, and a queued request gets no response
+headers from llama-server, which no proxy can help). The slow first token is a prompt sized, by
+the engine's prompt speed measured just before, to take ENGINE_FIRST_TOKEN_S alone; all four
+together take about four times that. A blocking proxy sends the streams one at a time, each
+after the last one's first token, and answers no probe meanwhile: its slowest probe is about
+ENGINE_FIRST_TOKEN_S. The probe limit is half that, as on the mock; the engine's own gauge shows
+how many requests it ran at once (``engine_peak_running``).
 """
 
 from __future__ import annotations
@@ -29,11 +38,15 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
 from labkit.capture import Capture, acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body, ms
+from labkit.checks.engine_requests import engine_body, measure_prompt_rate
 from labkit.checks.result import CheckResult
 
 ID = "concurrency"
@@ -46,17 +59,33 @@ DEADLINE_S = 16.0  # the streams need 4 s
 PROBE_EVERY_S = 0.1
 MAX_PROBE_S = TTFT_S / 2  # a blocked loop waits for the first token, close to TTFT_S
 CALIBRATION_PROBES = 5
-MAX_IDLE_PROBE_S = MAX_PROBE_S / 4  # slower than this at idle: the machine cannot tell
+IDLE_SHARE = 4  # an idle probe slower than a quarter of the limit: the machine cannot tell
 PAUSE_MEDIAN_S = 0.03  # a slow probe with a median under this: one pause of the machine
+
+ENGINE_STREAMS = 4  # the grading engine's slots
+ENGINE_FIRST_TOKEN_S = 1.5  # one stream's prompt, read alone
+ENGINE_TOKENS = 16
+ENGINE_DEADLINE_S = 40.0  # the four need about 8 s on two shared cores
+ENGINE_MAX_PROBE_S = ENGINE_FIRST_TOKEN_S / 2
+PEAK_EVERY_S = 0.25
 
 result = Outcome(ID, STEP)
 
 
-async def _one(ctx: CheckContext, seed: int) -> Capture | None:
+@dataclass(frozen=True)
+class Measured:
+    """What one run of the experiment saw."""
+
+    streams: int
+    completed: list[Capture]
+    idle_probes: list[float]
+    probes: list[float]
+    elapsed: float
+
+
+async def _one(ctx: CheckContext, body: dict[str, Any], deadline_s: float) -> Capture | None:
     try:
-        return await acapture_stream(
-            ctx.chat_url, json=chat_body(seed, SCENARIO), timeout=DEADLINE_S
-        )
+        return await acapture_stream(ctx.chat_url, json=body, timeout=deadline_s)
     except Exception:  # no response at all: counted as a stream that did not get through
         return None
 
@@ -80,56 +109,96 @@ async def _probe(ctx: CheckContext, stop: asyncio.Event, client: httpx.AsyncClie
     return latencies
 
 
-async def check_concurrency(ctx: CheckContext) -> CheckResult:
+async def _measure(
+    ctx: CheckContext, streams: int, body: Callable[[int], dict[str, Any]], deadline_s: float
+) -> Measured:
+    """Probe the idle proxy, then start ``streams`` streams together and probe until they end
+    (or ``deadline_s``)."""
     started = time.monotonic()
-    async with httpx.AsyncClient(timeout=DEADLINE_S) as client:
+    async with httpx.AsyncClient(timeout=deadline_s) as client:
         idle = [
             await _time_probe(client, f"{ctx.proxy_url}/v1/models")
             for _ in range(CALIBRATION_PROBES)
         ]
         stop = asyncio.Event()
         prober = asyncio.create_task(_probe(ctx, stop, client))
-        tasks = [asyncio.create_task(_one(ctx, FIRST_SEED + i)) for i in range(STREAMS)]
-        done, pending = await asyncio.wait(tasks, timeout=DEADLINE_S)
+        tasks = [asyncio.create_task(_one(ctx, body(i), deadline_s)) for i in range(streams)]
+        done, pending = await asyncio.wait(tasks, timeout=deadline_s)
         stop.set()
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         latencies = await prober
     completed = [c for c in (t.result() for t in done) if c is not None and c.terminal == "done"]
-    totals = sorted(c.total_time for c in completed)
-    idle_probe = statistics.median(idle)
+    return Measured(streams, completed, idle, latencies, time.monotonic() - started)
+
+
+async def check_concurrency(ctx: CheckContext) -> CheckResult:
+    measured = await _measure(
+        ctx, STREAMS, lambda i: chat_body(FIRST_SEED + i, SCENARIO), DEADLINE_S
+    )
+    return _judge(measured, MAX_PROBE_S)
+
+
+async def check_concurrency_on_engine(ctx: CheckContext) -> CheckResult:
+    model = await ctx.books.model()
+    rate = await measure_prompt_rate(ctx.upstream_url, model)
+    sentences = rate.sentences_for(ENGINE_FIRST_TOKEN_S)
+    async with ctx.books.watch(PEAK_EVERY_S) as watch:
+        measured = await _measure(
+            ctx,
+            ENGINE_STREAMS,
+            lambda i: engine_body(model, max_tokens=ENGINE_TOKENS, sentences=sentences),
+            ENGINE_DEADLINE_S,
+        )
+    extra = {
+        "prompt_tokens_each": round(sentences * rate.tokens_per_sentence),
+        "first_token_due_ms": ms(rate.seconds_for(sentences)),
+        "engine_peak_running": max(books.running for books in watch.samples),
+    }
+    return _judge(measured, ENGINE_MAX_PROBE_S, extra)
+
+
+def _judge(
+    measured: Measured, probe_limit_s: float, extra: dict[str, Any] | None = None
+) -> CheckResult:
+    totals = sorted(c.total_time for c in measured.completed)
+    latencies = measured.probes
+    idle_probe = statistics.median(measured.idle_probes)
     slowest_probe = max(latencies, default=0.0)
     median_probe = statistics.median(latencies) if latencies else 0.0
+    idle_limit = probe_limit_s / IDLE_SHARE  # slower than this at idle: the machine cannot tell
     evidence = {
-        "streams": STREAMS,
-        "completed_in_time": len(completed),
+        "streams": measured.streams,
+        "completed_in_time": len(measured.completed),
         "median_total_ms": ms(statistics.median(totals)) if totals else None,
         "max_total_ms": ms(totals[-1]) if totals else None,
         "idle_probe_ms": ms(idle_probe),
         "probes": len(latencies),
         "probe_median_ms": ms(median_probe) if latencies else None,
         "probe_max_ms": ms(slowest_probe),
-        "probe_limit_ms": ms(MAX_PROBE_S),
-        "elapsed_ms": ms(time.monotonic() - started),
+        "probe_limit_ms": ms(probe_limit_s),
+        **(extra or {}),
+        "elapsed_ms": ms(measured.elapsed),
     }
-    if len(completed) == STREAMS and slowest_probe <= MAX_PROBE_S:
+    all_through = len(measured.completed) == measured.streams
+    if all_through and slowest_probe <= probe_limit_s:
         return result.passed("many concurrent streams all get through side by side", evidence)
-    if idle_probe > MAX_IDLE_PROBE_S:
+    if idle_probe > idle_limit:
         return result.inconclusive(
             "inconclusive: the machine was too slow to time the proxy's answers",
-            f"an idle probe already took {ms(idle_probe)} ms (more than {ms(MAX_IDLE_PROBE_S)} "
+            f"an idle probe already took {ms(idle_probe)} ms (more than {ms(idle_limit)} "
             f"ms), so a {ms(slowest_probe)} ms probe under load says nothing about blocking",
             evidence,
         )
-    if len(completed) == STREAMS and median_probe <= PAUSE_MEDIAN_S:
+    if all_through and median_probe <= PAUSE_MEDIAN_S:
         return result.inconclusive(
             "inconclusive: the machine paused while the proxy was being timed",
             f"the slowest of {len(latencies)} probes took {ms(slowest_probe)} ms but the median "
             f"{ms(median_probe)} ms: a blocked event loop keeps every probe waiting, not one",
             evidence,
         )
-    if slowest_probe > MAX_PROBE_S:
+    if slowest_probe > probe_limit_s:
         verdict = "the proxy stops answering while it waits on the upstream: its event loop blocks"
     else:
         verdict = "some of many concurrent streams did not get through in time"

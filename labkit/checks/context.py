@@ -1,9 +1,11 @@
-"""What every check needs: where the proxy and the mock are, and how to find the mock's records.
+"""What every check needs: where the proxy and its upstream are, and how to read the upstream.
 
-Each request a check sends carries its own ``seed`` in the body's ``mock`` field (a proxy must
-forward the body; it may drop headers). The mock keeps that scenario in its record, so a check
-finds *its* record among concurrent ones, even for a request cancelled before any chunk (and so
-before the client saw a completion id).
+The upstream is the mock (``upstream="mock"``, the default) or a real engine (``"engine"``).
+Each request a check sends the mock carries its own ``seed`` in the body's ``mock`` field (a
+proxy must forward the body; it may drop headers). The mock keeps that scenario in its record,
+so a check finds *its* record among concurrent ones, even for a request cancelled before any
+chunk (and so before the client saw a completion id). An engine keeps no such records: a check
+reads its counters (``ctx.books``, ``labkit.checks.engine_books``) while it runs alone on it.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from labkit.checks.engine_books import EngineBooks
 from labkit.checks.result import INCONCLUSIVE, CheckResult, Evidence
 from labkit.upstream import MockUpstream
 
-__all__ = ["CheckContext", "Outcome", "Record", "chat_body", "finished", "ms"]
+__all__ = ["CheckContext", "Outcome", "Record", "UpstreamKind", "chat_body", "finished", "ms"]
 
 Record = dict[str, Any]
+UpstreamKind = Literal["mock", "engine"]
 MOCK_TIMEOUT_S = 15.0
 POLL_S = 0.05
 INCONCLUSIVE_ADVICE = (
@@ -51,7 +55,8 @@ def chat_body(
 
 @dataclass
 class CheckContext:
-    """One check run: the proxy under test and the mock upstream behind it."""
+    """One check run: the proxy under test and the upstream behind it (the mock, or a real
+    engine when ``upstream == "engine"``)."""
 
     proxy_url: str
     upstream_url: str
@@ -59,6 +64,7 @@ class CheckContext:
     proxy_pid: int | None = None
     upstream_token: str | None = None  # the mock's debug token, if it keeps its records secret
     started_at: float = field(default_factory=time.time)
+    upstream: UpstreamKind = "mock"
 
     def __post_init__(self) -> None:
         self.proxy_url = self.proxy_url.rstrip("/")
@@ -68,6 +74,14 @@ class CheckContext:
         self.mock = MockUpstream(
             self.upstream_url, token=self.upstream_token, timeout_s=MOCK_TIMEOUT_S
         )
+        self._books = EngineBooks(self.upstream_url) if self.upstream == "engine" else None
+
+    @property
+    def books(self) -> EngineBooks:
+        """The engine's own counters (an engine run only)."""
+        if self._books is None:
+            raise TypeError("this check runs against the mock: read ctx.mock, not ctx.books")
+        return self._books
 
     @property
     def chat_url(self) -> str:

@@ -12,6 +12,13 @@ way: one ``arun_checks`` per lane, side by side in one event loop) it may run be
 lanes on a machine with cores to spare; below ALONE_BELOW_CPUS it waits until every other lane
 in this event loop has finished, so its full-speed mock does not take the CPU away from the
 timed experiments (on half a CPU it stretched their probes and heartbeats by seconds).
+
+Against a real engine (``upstream="engine"``) the checks that have an engine experiment run one
+after another, each once the engine has no request running (it waits up to
+ENGINE_IDLE_BEFORE_S for what a broken proxy left going), because each reads the engine's
+counters as its own. The others come back skipped, their verdict saying why only the mock can
+run them. An engine that does not show its books in time makes a check inconclusive, as a mock
+that does not.
 """
 
 from __future__ import annotations
@@ -24,16 +31,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from labkit.checks.catalogue import BY_ID, SOLO_LANE, Check, lanes_for, select
-from labkit.checks.context import CheckContext, Outcome
+from labkit.checks.context import CheckContext, Outcome, UpstreamKind
 from labkit.checks.machine import budget_scale, cpu_limit
 from labkit.checks.result import INCONCLUSIVE, CheckResult
-from labkit.errors import CaptureError, MockUpstreamError
+from labkit.errors import CaptureError, EngineReadError, MockUpstreamError
 
 __all__ = ["arun_checks", "run_checks"]
 
 REACH_STEP = "02_forwarding_proxy"
 ALONE_BELOW_CPUS = 2.0  # on fewer CPUs, the flat-out lane runs after the others
 ATTEMPTS = 2  # an inconclusive check is run once more before it is reported as such
+ENGINE_IDLE_BEFORE_S = 40.0  # what a broken proxy left running on the engine, finishing
+MOCK_ONLY_HINT = "grade without --engine to run it against the mock upstream."
 
 # Lanes of checks running in each event loop (not the solo lane), as futures set when done.
 _BUSY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[None]]] = (
@@ -76,10 +85,16 @@ async def run_one(check: Check, ctx: CheckContext) -> CheckResult:
 
 async def _attempt(check: Check, ctx: CheckContext) -> CheckResult:
     scale = budget_scale()
-    budget_s = check.budget_s * scale
+    run, budget_s = check.run, check.budget_s * scale
+    if ctx.upstream == "engine":
+        assert check.on_engine is not None, check.id
+        run, budget_s = check.on_engine, check.engine_budget_s * scale
+        busy = await _engine_busy(check, ctx)
+        if busy is not None:
+            return busy
     try:
         async with asyncio.timeout(budget_s) as budget:
-            return await check.run(ctx)
+            return await run(ctx)
     except TimeoutError:
         if not budget.expired():
             raise
@@ -96,6 +111,12 @@ async def _attempt(check: Check, ctx: CheckContext) -> CheckResult:
         # a starved machine): nothing the proxy did, so never a FAIL.
         return Outcome(check.id, check.step).inconclusive(
             "inconclusive: the grader's mock upstream did not answer in time",
+            f"{exc}"[:300],
+            {"cpus": cpu_limit()},
+        )
+    except EngineReadError as exc:
+        return Outcome(check.id, check.step).inconclusive(
+            "inconclusive: the engine did not show its own numbers in time",
             f"{exc}"[:300],
             {"cpus": cpu_limit()},
         )
@@ -117,6 +138,32 @@ async def _attempt(check: Check, ctx: CheckContext) -> CheckResult:
         )
 
 
+async def _engine_busy(check: Check, ctx: CheckContext) -> CheckResult | None:
+    """None once the engine runs no request; an inconclusive result if it still does after
+    ENGINE_IDLE_BEFORE_S (someone else is using it)."""
+    try:
+        idle = await ctx.books.wait_idle(ENGINE_IDLE_BEFORE_S)
+    except EngineReadError as exc:
+        return Outcome(check.id, check.step).inconclusive(
+            "inconclusive: the engine did not show its own numbers in time", f"{exc}"[:300], {}
+        )
+    if idle is not None:
+        return None
+    return Outcome(check.id, check.step).inconclusive(
+        "inconclusive: the engine was busy with requests that were not the check's",
+        f"the engine still ran requests after {ENGINE_IDLE_BEFORE_S:g} s of waiting: a check "
+        "reads the engine's counters as its own, so it needs the engine to itself",
+        {},
+        "grade against an engine nothing else uses (labkit grade --engine starts one).",
+    )
+
+
+def _not_on_engine(check: Check) -> CheckResult:
+    return Outcome(check.id, check.step).skipped(
+        f"not run on the engine: {check.mock_only}", MOCK_ONLY_HINT
+    )
+
+
 async def arun_checks(
     proxy_url: str,
     *,
@@ -125,14 +172,17 @@ async def arun_checks(
     only: str | Iterable[str] | None = None,
     proxy_pid: int | None = None,
     upstream_token: str | None = None,
+    upstream: UpstreamKind = "mock",
 ) -> list[CheckResult]:
     """Run the checks (all, or ``only`` these ids) against the proxy at ``proxy_url``.
 
-    ``upstream_url`` is the mock upstream the proxy forwards to (the checks read its records).
-    ``usage_log`` is the file the proxy appends usage lines to (``usage`` is skipped without
-    it); ``proxy_pid`` the process serving the proxy (``backpressure`` then reports its memory).
-    Lanes of checks run side by side, ``backpressure`` last (and, below ALONE_BELOW_CPUS, only
-    once no other lane runs in this event loop). Results come in catalogue order.
+    ``upstream_url`` is the upstream the proxy forwards to: the mock (the checks read its
+    records), or with ``upstream="engine"`` a real engine (the checks read its counters; those
+    that need the mock come back skipped, saying why). ``usage_log`` is the file the proxy
+    appends usage lines to (``usage`` is skipped without it); ``proxy_pid`` the process serving
+    the proxy (``backpressure`` then reports its memory). Lanes of checks run side by side,
+    ``backpressure`` last (and, below ALONE_BELOW_CPUS, only once no other lane runs in this
+    event loop); on the engine, one check at a time. Results come in catalogue order.
     """
     ids = select(only)
     ctx = CheckContext(
@@ -141,8 +191,16 @@ async def arun_checks(
         usage_log=None if usage_log is None else Path(usage_log),
         proxy_pid=proxy_pid,
         upstream_token=upstream_token,
+        upstream=upstream,
     )
     results: dict[str, CheckResult] = {}
+    if upstream == "engine":
+        for check in (BY_ID[i] for i in ids):
+            if check.on_engine is None:
+                results[check.id] = _not_on_engine(check)
+            else:
+                results[check.id] = await run_one(check, ctx)
+        return [results[i] for i in ids]
 
     async def run_lane(lane: tuple[str, ...]) -> None:
         for check_id in lane:
@@ -172,10 +230,16 @@ def run_checks(
     usage_log: str | Path | None = None,
     only: str | Iterable[str] | None = None,
     proxy_pid: int | None = None,
+    upstream: UpstreamKind = "mock",
 ) -> list[CheckResult]:
     """Blocking ``arun_checks``. Runs on a helper thread, so it works inside a Jupyter kernel."""
     coroutine = arun_checks(
-        proxy_url, upstream_url=upstream_url, usage_log=usage_log, only=only, proxy_pid=proxy_pid
+        proxy_url,
+        upstream_url=upstream_url,
+        usage_log=usage_log,
+        only=only,
+        proxy_pid=proxy_pid,
+        upstream=upstream,
     )
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="labkit-checks") as pool:
         return pool.submit(asyncio.run, coroutine).result()

@@ -21,6 +21,15 @@ the mock's own counts (a chunk may carry several tokens, so counting chunks is w
 upstream never reports counts for a cancelled or failed stream: null or an estimate is accepted.
 
 Skipped when there is no usage log to read (black-box grading of a URL).
+
+On a real engine (``check_usage_on_engine``) the requests go one at a time, so that the
+engine's books (prompt tokens, cached ones included, and tokens predicted) before and after each
+are its true counts: ``asked`` and ``unasked`` complete (24 tokens each), ``cancelled`` hangs up
+once the engine has decoded a few of 200 tokens. The log must hold one line for each, by the
+completion id the client saw, with the right outcome and, for the completed ones, the engine's
+counts. ``errored`` and ``on_choices_*`` need an upstream that fails or puts its usage on a
+chunk with choices on demand, which only the mock does: the engine always sends a separate
+``choices: []`` chunk.
 """
 
 from __future__ import annotations
@@ -28,12 +37,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from labkit.capture import Capture, acapture_stream
 from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished
+from labkit.checks.engine_requests import OpenStream, engine_body
 from labkit.checks.result import CheckResult
 
 ID = "usage"
@@ -53,6 +64,13 @@ UNASKED = ("unasked", "on_choices_unasked")
 HANG_UP_AFTER_S = 0.6
 LOG_WAIT_S = 2.0
 COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+ENGINE_TOKENS = 24
+ENGINE_CANCEL_TOKENS = 200
+ENGINE_HANG_UP_DECODES = 5
+ENGINE_TIMEOUT_S = 30.0  # per read, and for the engine to start decoding
+ENGINE_IDLE_WAIT_S = 30.0
+IDLE_EVERY_S = 0.1  # nobody hangs up while these wait: the engine's books may be read often
 
 result = Outcome(ID, STEP)
 
@@ -86,12 +104,31 @@ def read_log(path: Path) -> tuple[list[dict[str, Any]], int]:
     return lines, bad
 
 
+@dataclass(frozen=True)
+class Sent:
+    """One request of the experiment as the check saw it: the completion id the log line must
+    carry, the outcome it must say, the upstream's true counts (for a completed request), and
+    whether the client asked for usage and got it (None: not asked either way)."""
+
+    name: str
+    id: str | None
+    outcome: str
+    truth: Mapping[str, int | None] | None = None
+    asked_usage: bool | None = None
+    got_usage: bool = False
+
+
+def _truth(prompt: int | None, completion: int | None) -> dict[str, int | None]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": (prompt or 0) + (completion or 0),
+    }
+
+
 async def check_usage(ctx: CheckContext) -> CheckResult:
     if ctx.usage_log is None:
-        return result.skipped(
-            "skipped: no usage log to read",
-            "grade the proxy file (not a URL) so the grader can set USAGE_LOG and read it.",
-        )
+        return _no_log()
     names = list(REQUESTS)
     captures = dict(zip(names, await asyncio.gather(*(_send(ctx, n) for n in names)), strict=True))
     records: dict[str, Record | None] = {}
@@ -99,54 +136,139 @@ async def check_usage(ctx: CheckContext) -> CheckResult:
         records[name] = await ctx.record(REQUESTS[name][0], until=finished, wait_s=1.0)
     missing = [n for n in names if records[n] is None]
     if missing:
-        return result.failed(
-            "some requests never reached the upstream",
-            {"missing": ",".join(missing)},
-            "forward every request's JSON body to the upstream.",
-            step="02_forwarding_proxy",
+        return _missing(missing)
+    sent = []
+    for name in names:
+        record = records[name]
+        assert record is not None
+        expected = REQUESTS[name][2]
+        truth = None
+        if expected == "completed":
+            truth = _truth(record.get("prompt_tokens"), record.get("completion_tokens"))
+        asked = True if name in ASKING else False if name in UNASKED else None
+        got = captures[name].usage is not None
+        sent.append(Sent(name, str(record["id"]), expected, truth, asked, got))
+    return await _judge(ctx.usage_log, sent)
+
+
+async def check_usage_on_engine(ctx: CheckContext) -> CheckResult:
+    if ctx.usage_log is None:
+        return _no_log()
+    books = ctx.books
+    model = await books.model()
+    lines_before = _line_count(ctx.usage_log)
+    sent: list[Sent] = []
+    missing: list[str] = []
+    for name in ("asked", "unasked"):
+        before = await books.read()
+        body = engine_body(model, max_tokens=ENGINE_TOKENS, include_usage=name == "asked")
+        capture = await acapture_stream(ctx.chat_url, json=body, timeout=ENGINE_TIMEOUT_S)
+        after = await books.wait_idle(ENGINE_IDLE_WAIT_S, IDLE_EVERY_S) or await books.read()
+        spent = after.since(before)
+        if spent.prompt == 0:
+            missing.append(name)
+        ids = _ids(capture)
+        truth = _truth(spent.prompt, spent.predicted)
+        got = capture.usage is not None
+        sent.append(Sent(name, min(ids) if ids else None, "completed", truth, name == "asked", got))
+    async with books.watch() as watch:
+        before = watch.last
+        body = engine_body(model, max_tokens=ENGINE_CANCEL_TOKENS)
+        stream = await OpenStream(ctx.chat_url, body).start()
+        started = await watch.until(
+            lambda now: now.decoded - before.decoded >= ENGINE_HANG_UP_DECODES, ENGINE_TIMEOUT_S
         )
-    ids = {n: str(records[n]["id"]) for n in names}  # type: ignore[index]
+        await stream.hang_up()
+    if started is None:
+        missing.append("cancelled")
+    ids = stream.completion_ids
+    sent.append(Sent("cancelled", min(ids) if ids else None, "cancelled"))
+    await books.wait_idle(ENGINE_IDLE_WAIT_S)  # a proxy that does not cancel leaves it going
+    if missing:
+        return _missing(missing)
+    return await _judge(ctx.usage_log, sent, since_line=lines_before)
+
+
+def _ids(capture: Capture) -> set[str]:
+    ids = set()
+    for event in capture.events:
+        try:
+            chunk = event.json()
+        except ValueError:
+            continue
+        if isinstance(chunk, dict) and isinstance(chunk.get("id"), str):
+            ids.add(chunk["id"])
+    return ids
+
+
+def _line_count(path: Path) -> int:
+    lines, bad = read_log(path)
+    return len(lines) + bad
+
+
+def _no_log() -> CheckResult:
+    return result.skipped(
+        "skipped: no usage log to read",
+        "grade the proxy file (not a URL) so the grader can set USAGE_LOG and read it.",
+    )
+
+
+def _missing(names: Sequence[str]) -> CheckResult:
+    return result.failed(
+        "some requests never reached the upstream",
+        {"missing": ",".join(names)},
+        "forward every request's JSON body to the upstream.",
+        step="02_forwarding_proxy",
+    )
+
+
+async def _judge(log: Path, sent: Sequence[Sent], *, since_line: int = 0) -> CheckResult:
+    """Wait (up to LOG_WAIT_S) for a line per request in ``log`` (from line ``since_line``
+    on), then judge the lines. A request whose id the client never saw is matched with the new
+    lines that carry none of the others' ids."""
+    known = {s.id for s in sent if s.id is not None}
+
+    def lines_for(entries: list[dict[str, Any]], one: Sent) -> list[dict[str, Any]]:
+        if one.id is not None:
+            return [e for e in entries if e.get("id") == one.id]
+        return [e for e in entries if e.get("id") not in known]
+
     deadline = time.monotonic() + LOG_WAIT_S
     while True:
-        lines, bad = read_log(ctx.usage_log)
-        found = {n: [e for e in lines if e.get("id") == ids[n]] for n in names}
+        lines, bad = read_log(log)
+        lines = lines[since_line:] if since_line <= len(lines) else []
+        found = {one.name: lines_for(lines, one) for one in sent}
         if all(found.values()) or time.monotonic() >= deadline:
             break
         await asyncio.sleep(0.05)
 
     evidence: dict[str, Any] = {"log_lines": len(lines), "bad_lines": bad}
     problems: list[str] = []
-    for name in names:
-        record, entries, expected = records[name], found[name], REQUESTS[name][2]
-        assert record is not None
-        evidence[f"{name}_lines"] = len(entries)
+    for one in sent:
+        entries = found[one.name]
+        evidence[f"{one.name}_lines"] = len(entries)
         if len(entries) != 1:
             problems.append("count")
             continue
         entry = entries[0]
-        evidence[f"{name}_outcome"] = entry.get("outcome")
-        if entry.get("outcome") != expected:
+        evidence[f"{one.name}_outcome"] = entry.get("outcome")
+        if entry.get("outcome") != one.outcome:
             problems.append("outcome")
-        if expected == "completed":
-            prompt, completion = record.get("prompt_tokens"), record.get("completion_tokens")
-            truth = {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": (prompt or 0) + (completion or 0),
-            }
+        if one.truth is not None:
             for key in COUNTS:
-                evidence[f"{name}_{key}"] = entry.get(key)
-                evidence[f"{name}_{key}_upstream"] = truth[key]
-            if any(entry.get(key) != truth[key] for key in COUNTS):
+                evidence[f"{one.name}_{key}"] = entry.get(key)
+                evidence[f"{one.name}_{key}_upstream"] = one.truth[key]
+            if any(entry.get(key) != one.truth[key] for key in COUNTS):
                 problems.append("counts")
 
-    for name in (*ASKING, *UNASKED):
-        evidence[f"{name}_client_got_usage"] = captures[name].usage is not None
+    for one in sent:
+        if one.asked_usage is not None:
+            evidence[f"{one.name}_client_got_usage"] = one.got_usage
     if bad:
         problems.append("format")
-    if any(captures[name].usage is None for name in ASKING):
+    if any(one.asked_usage is True and not one.got_usage for one in sent):
         problems.append("asked")
-    if any(captures[name].usage is not None for name in UNASKED):
+    if any(one.asked_usage is False and one.got_usage for one in sent):
         problems.append("unasked")
 
     if not problems:

@@ -6,6 +6,11 @@ make sure the proxy answers at all, then runs the lanes side by side. Everything
 stopped at the end, whatever happened. It never raises because of what the submission does:
 every failure becomes a ``Problem`` or a failed check in the report.
 
+With ``engine_url`` the upstream is a real engine instead (``labkit grade --engine``): one proxy
+forwards to it, and the checks that need no mock run against it one after another (the engine is
+one shared machine, not a mock per lane); the others are reported as not run, saying why
+(``labkit.checks.runner``).
+
 Run it through ``labkit grade`` (which runs it in a worker process with a stripped
 environment, ``labkit.grading.worker``) to keep the instructor's secrets out of learner code.
 """
@@ -20,11 +25,14 @@ import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from labkit.capture import acapture_stream
 from labkit.checks import CheckResult, arun_checks, machine
 from labkit.checks.catalogue import BY_ID, SOLO_LANE, lanes_for, select
-from labkit.checks.context import chat_body
+from labkit.checks.context import UpstreamKind, chat_body
+from labkit.checks.engine_books import EngineBooks
+from labkit.checks.engine_requests import engine_body
 from labkit.checks.machine import budget_scale
 from labkit.errors import CaptureError
 from labkit.grading.isolation import Isolation, choose
@@ -83,9 +91,9 @@ def unwritten_results(source: str, ids: Iterable[str]) -> dict[str, CheckResult]
     return results
 
 
-async def _preflight(proxy_url: str) -> Problem | None:
-    """One short stream: does the proxy answer at all?"""
-    body = chat_body(PREFLIGHT_SEED, {"ttft_ms": 0, "tps": 1000, "tokens": 3})
+async def _preflight(proxy_url: str, body: dict[str, Any] | None = None) -> Problem | None:
+    """One short stream (``body``, or three tokens from the mock): does the proxy answer?"""
+    body = body or chat_body(PREFLIGHT_SEED, {"ttft_ms": 0, "tps": 1000, "tokens": 3})
     limit = PREFLIGHT_S * budget_scale()
     try:
         async with asyncio.timeout(limit + 1):
@@ -110,17 +118,24 @@ async def agrade_file(
     name: str | None = None,
     only: str | Iterable[str] | None = None,
     precheck: bool = True,
+    engine_url: str | None = None,
 ) -> SubmissionReport:
     """Grade the proxy in ``path``; the report's ``name`` defaults to the file name.
 
     With ``precheck`` (the default) a check that needs a part still stubbed in the file (see
-    ``unwritten_results``) fails with a verdict naming that part, without being run.
+    ``unwritten_results``) fails with a verdict naming that part, without being run. With
+    ``engine_url`` the proxy forwards to that real engine (see the module docstring); raises
+    ``EngineReadError`` if it does not answer.
     """
     rubric = rubric or Rubric()
     source = Path(path)
     ids = select(only)
     report_name = name or source.name
     started = time.monotonic()
+    upstream = ""
+    if engine_url is not None:
+        engine_url = engine_url.rstrip("/")
+        upstream = f"engine {await EngineBooks(engine_url).model()} at {engine_url}"
 
     isolation: Isolation | None = None
 
@@ -134,6 +149,7 @@ async def agrade_file(
             time.monotonic() - started,
             isolation="" if isolation is None else isolation.describe(),
             machine=machine.describe(),
+            upstream=upstream,
         )
 
     if not await asyncio.to_thread(source.is_file):
@@ -151,13 +167,19 @@ async def agrade_file(
     problem: Problem | None
     isolation = await asyncio.to_thread(choose)
     sandbox = Path(tempfile.mkdtemp(prefix="labkit-grade-"))
+    limit = rubric.time_limit_s(ids, engine=engine_url is not None)
     try:
-        async with asyncio.timeout(rubric.time_limit_s(ids)):
-            problem = await _run_lanes(source, sandbox, to_run, servers, results, isolation)
+        async with asyncio.timeout(limit):
+            if engine_url is None:
+                problem = await _run_lanes(source, sandbox, to_run, servers, results, isolation)
+            else:
+                problem = await _run_on_engine(
+                    source, sandbox, to_run, servers, results, isolation, engine_url
+                )
     except TimeoutError:
         problem = Problem(
             "submission_timeout",
-            f"grading took longer than {rubric.time_limit_s(ids):g} s and was stopped: "
+            f"grading took longer than {limit:g} s and was stopped: "
             "the proxy stopped answering. Make every request end, then grade again.",
         )
     finally:
@@ -257,29 +279,88 @@ async def _run_lanes(
     return None
 
 
+async def _run_on_engine(
+    source: Path,
+    sandbox: Path,
+    ids: tuple[str, ...],
+    servers: list[ServerHandle],
+    results: dict[str, CheckResult],
+    isolation: Isolation,
+    engine_url: str,
+) -> Problem | None:
+    """One proxy forwarding to the engine; the checks one after another. Fills ``results``."""
+    submission = sandbox / "proxy.py"
+    shutil.copyfile(source, submission)
+    log = sandbox / "usage-engine.jsonl"
+    try:
+        proxy = await asyncio.to_thread(
+            start_proxy,
+            submission,
+            upstream_url=engine_url,
+            usage_log=log,
+            cwd=sandbox,
+            isolation=isolation,
+        )
+    except Exception as exc:
+        return problem_from(exc, source.name)
+    servers.append(proxy)
+    model = await EngineBooks(engine_url).model()
+    problem = await _preflight(proxy.url, engine_body(model, max_tokens=3))
+    if problem is not None:
+        return problem
+    for result in await arun_checks(
+        proxy.url,
+        upstream_url=engine_url,
+        usage_log=log,
+        only=ids,
+        proxy_pid=proxy.server_pid,
+        upstream="engine",
+    ):
+        results[result.id] = result
+    if proxy.memory_exceeded():
+        limit = isolation.limits.memory_bytes // (1024 * 1024)
+        return Problem(
+            "memory_limit",
+            f"the proxy was stopped: it held more than {limit} MiB of memory (the limit for "
+            "one proxy process). Keep what it holds bounded, then grade again.",
+        )
+    return None
+
+
 async def agrade_url(
     proxy_url: str,
     upstream_url: str,
     rubric: Rubric | None = None,
     *,
     only: str | Iterable[str] | None = None,
+    upstream: UpstreamKind = "mock",
 ) -> SubmissionReport:
-    """Grade a running proxy as a black box. ``usage`` is skipped (no usage log to read)."""
+    """Grade a running proxy as a black box. ``usage`` is skipped (no usage log to read).
+
+    ``upstream_url`` is the mock the proxy forwards to, or with ``upstream="engine"`` the real
+    engine (raises ``EngineReadError`` if it does not answer)."""
     rubric = rubric or Rubric()
     ids = select(only)
     started = time.monotonic()
     proxy_url = proxy_url.rstrip("/")
-    problem = await _preflight(proxy_url)
+    body, described = None, ""
+    if upstream == "engine":
+        model = await EngineBooks(upstream_url).model()
+        body, described = engine_body(model, max_tokens=3), f"engine {model} at {upstream_url}"
+    problem = await _preflight(proxy_url, body)
+    limit = rubric.time_limit_s(ids, engine=upstream == "engine")
     if problem is not None:
         results = _not_run(ids, "not run: the proxy could not be graded")
     else:
         try:
-            async with asyncio.timeout(rubric.time_limit_s(ids)):
-                results = await arun_checks(proxy_url, upstream_url=upstream_url, only=ids)
+            async with asyncio.timeout(limit):
+                results = await arun_checks(
+                    proxy_url, upstream_url=upstream_url, only=ids, upstream=upstream
+                )
         except TimeoutError:
             problem = Problem(
                 "submission_timeout",
-                f"grading took longer than {rubric.time_limit_s(ids):g} s and was stopped.",
+                f"grading took longer than {limit:g} s and was stopped.",
             )
             results = _not_run(ids, "not run: grading was stopped")
     return SubmissionReport(
@@ -290,4 +371,5 @@ async def agrade_url(
         problem,
         time.monotonic() - started,
         machine=machine.describe(),
+        upstream=described,
     )

@@ -50,6 +50,7 @@ class SubmissionReport:
     elapsed_s: float = 0.0
     isolation: str = ""  # where the learner's code ran (labkit.grading.isolation)
     machine: str = ""  # the CPU the grader had, and what that did to its time budgets
+    upstream: str = ""  # a real engine the proxy forwarded to (labkit grade --engine); "": the mock
     points: dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -115,6 +116,7 @@ class SubmissionReport:
             "elapsed_s": round(self.elapsed_s, 2),
             "isolation": self.isolation,
             "machine": self.machine,
+            "upstream": self.upstream or "mock",
             "checks": {
                 r.id: {**r.to_json(), "points": round(self.points.get(r.id, 0.0), 2)}
                 for r in self.results
@@ -144,6 +146,7 @@ class SubmissionReport:
             elapsed_s=float(data.get("elapsed_s", 0.0)),
             isolation=str(data.get("isolation", "")),
             machine=str(data.get("machine", "")),
+            upstream="" if data.get("upstream", "mock") == "mock" else str(data["upstream"]),
         )
 
 
@@ -162,6 +165,8 @@ def render_table(report: SubmissionReport, *, evidence: bool = True) -> str:
         lines.append(f"  ran in: {report.isolation}")
     if report.machine:
         lines.append(f"  machine: {report.machine}")
+    if report.upstream:
+        lines.append(f"  upstream: {report.upstream}")
     if report.problem is not None:
         lines.append(f"  problem: {report.problem.message}")
     width = max(len(i) for i in CHECK_IDS)

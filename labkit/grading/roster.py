@@ -99,8 +99,10 @@ def grade_in_worker(
     *,
     rubric_path: str | None = None,
     only: Sequence[str] | None = None,
+    engine_url: str | None = None,
 ) -> SubmissionReport:
-    """Grade one submission in a worker process. Raises ``GradingError`` on a setup failure."""
+    """Grade one submission in a worker process (against the real engine at ``engine_url``,
+    if given). Raises ``GradingError`` on a setup failure."""
     ids = select(only)
     command = [sys.executable, "-m", "labkit.grading.worker", str(submission.path.resolve())]
     command += ["--name", submission.learner]
@@ -108,7 +110,9 @@ def grade_in_worker(
         command += ["--rubric", str(Path(rubric_path).resolve())]
     if only:
         command += ["--only", *only]
-    limit = rubric.time_limit_s(ids) + WORKER_GRACE_S
+    if engine_url is not None:
+        command += ["--engine", engine_url]
+    limit = rubric.time_limit_s(ids, engine=engine_url is not None) + WORKER_GRACE_S
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="labkit-worker-") as home:
         process = subprocess.Popen(

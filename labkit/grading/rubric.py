@@ -63,12 +63,17 @@ class Rubric:
     def awards_inconclusive(self) -> bool:
         return self.inconclusive == "award"
 
-    def time_limit_s(self, ids: Iterable[str] = ()) -> float:
+    def time_limit_s(self, ids: Iterable[str] = (), *, engine: bool = False) -> float:
         """``submission_timeout_s`` on this machine: stretched below one CPU, and never shorter
         than the longest of the checks ``ids`` (``minute_stream`` alone takes 67 s) plus
-        ``START_MARGIN_S`` for starting the proxy."""
-        longest = max((BY_ID[i].budget_s for i in ids), default=0.0)
-        return max(self.submission_timeout_s, longest + START_MARGIN_S) * budget_scale()
+        ``START_MARGIN_S`` for starting the proxy. On a real engine (``engine``) the checks
+        run one after another, so never shorter than all their engine budgets together."""
+        checks = [BY_ID[i] for i in ids]
+        if engine:
+            needed = sum(check.engine_budget_s for check in checks)
+        else:
+            needed = max((check.budget_s for check in checks), default=0.0)
+        return max(self.submission_timeout_s, needed + START_MARGIN_S) * budget_scale()
 
     def weight(self, check_id: str) -> float:
         return float(self.weights.get(check_id, 1.0))

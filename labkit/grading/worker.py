@@ -1,6 +1,7 @@
 """Grade one file in this process and print the outcome as JSON: ``labkit grade``'s worker.
 
-``python -m labkit.grading.worker FILE [--name NAME] [--rubric TOML] [--only ID ...]``
+``python -m labkit.grading.worker FILE [--name NAME] [--rubric TOML] [--only ID ...]
+[--engine URL]``
 
 The CLI starts it with a stripped environment (``sandbox.clean_env``), so the learner's proxy,
 which inherits this environment, never sees the instructor's secrets; and with a hard time
@@ -60,10 +61,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name")
     parser.add_argument("--rubric")
     parser.add_argument("--only", nargs="+")
+    parser.add_argument("--engine", metavar="URL", help="grade against this real engine")
     args = parser.parse_args(argv)
     try:
         rubric = Rubric.load(args.rubric)
-        report = asyncio.run(agrade_file(args.file, rubric, name=args.name, only=args.only))
+        report = asyncio.run(
+            agrade_file(args.file, rubric, name=args.name, only=args.only, engine_url=args.engine)
+        )
     except (LabkitError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.stdout.write(WorkerOutcome("setup_error", error=str(exc)).to_json() + "\n")

@@ -54,7 +54,8 @@ def not_run_lines() -> list[str]:
         (
             ["--url", "http://127.0.0.1:9"],
             "--url needs --upstream: the mock upstream that proxy forwards to "
-            "(start one with `mock-upstream --port 8001`).",
+            "(start one with `mock-upstream --port 8001`), or --engine URL: the real engine "
+            "it forwards to (a running proxy cannot be pointed at an engine started now).",
         ),
         (["--roster", "x"], "--roster needs --out DIR: where to write grades.csv and feedback."),
         (["missing.py"], "There is no file missing.py. Give the path of the proxy.py to grade."),
