@@ -86,6 +86,10 @@ class EngineSettings:
     parallel: int = 4
     context: int = 4096
     threads: int = 1
+    #: prompt tokens read per step (``--batch-size``/``--ubatch-size``; None: llama.cpp's 2,048).
+    #: The engine can drop a request only between steps, so small steps let a cancel during a
+    #: long prompt take effect sooner.
+    batch: int | None = None
 
 
 def engine_argv(
@@ -102,7 +106,10 @@ def engine_argv(
         "--parallel", str(settings.parallel),
         "--threads", str(settings.threads),
         "--metrics",
-    ]  # fmt: skip
+    ] + ([] if settings.batch is None else [
+        "--batch-size", str(settings.batch),
+        "--ubatch-size", str(settings.batch),
+    ])  # fmt: skip
 
 
 class EngineHandle(ServerHandle):
@@ -162,10 +169,12 @@ class EngineHandle(ServerHandle):
 class EngineServer(ProcessServer, EngineHandle):
     """Our ``llama-server`` child, in a session of its own."""
 
-    def __init__(self, files: EngineFiles, settings: EngineSettings, *, port: int) -> None:
+    def __init__(
+        self, files: EngineFiles, settings: EngineSettings, *, port: int, name: str = ENGINE_NAME
+    ) -> None:
         super().__init__(
             engine_argv(files, settings, port=port),
-            name=ENGINE_NAME,
+            name=name,
             port=port,
             ready_path="/health",
             start_timeout=START_TIMEOUT_S,

@@ -6,10 +6,10 @@ checks (measured, docs/measurements.md, "Grading against the real engine"):
 - GRADING_ENGINE: four slots (``concurrency`` runs as many streams; a fifth would wait in the
   engine's queue without response headers) of 3,072 tokens each (the longest prompt a check
   sends is 2,000 tokens), one thread (the engine's own default on a shared machine);
-- prompts read PROMPT_STEP tokens per step (``--batch-size``, given to llama-server as
-  ``LLAMA_ARG_BATCH``). The engine can drop a request only between two steps; at its default of
-  2,048 a short prompt is one step, and a proxy that lets go of a request during its prompt
-  would still cost that whole prompt and a first token. Reading 32 at a time was no slower here
+- prompts read PROMPT_STEP tokens per step (``--batch-size``). The engine can drop a request
+  only between two steps; at its default of 2,048 a short prompt is one step, and a proxy that
+  lets go of a request during its prompt would still cost that whole prompt and a first token.
+  Reading 32 at a time was no slower here
   (56-79 tokens/s at 2,048, 59-74 at 32 and 64, on a loaded machine).
 
 Started apart from ``start_engine()``'s notebook engine (its own name among the running
@@ -34,8 +34,8 @@ __all__ = [
     "start_grading_engine",
 ]
 
-GRADING_ENGINE: Final = EngineSettings(parallel=4, context=4 * 3072)
 PROMPT_STEP: Final = 32
+GRADING_ENGINE: Final = EngineSettings(parallel=4, context=4 * 3072, batch=PROMPT_STEP)
 GRADING_ENGINE_NAME: Final = "grading-engine"
 
 
@@ -52,9 +52,7 @@ def start_grading_engine() -> EngineHandle:
     probe = bind_socket("127.0.0.1", 0, name=GRADING_ENGINE_NAME)
     port = probe.getsockname()[1]
     probe.close()  # llama-server binds for itself; the port was free a moment ago
-    server = EngineServer(files, GRADING_ENGINE, port=port)
-    server.name = GRADING_ENGINE_NAME
-    server.env.update(LLAMA_ARG_BATCH=str(PROMPT_STEP), LLAMA_ARG_UBATCH=str(PROMPT_STEP))
+    server = EngineServer(files, GRADING_ENGINE, port=port, name=GRADING_ENGINE_NAME)
     server.start()
     return server
 
