@@ -15,8 +15,13 @@ itself.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -166,8 +171,31 @@ class EngineHandle(ServerHandle):
         return True
 
 
+def _die_with_this_thread() -> Callable[[], None] | None:
+    """What the child runs before exec so that it gets SIGTERM when this thread ends (Linux).
+
+    A Jupyter kernel that is killed (nbval stops each kernel with SIGKILL) runs no exit
+    handler, so without it every notebook run would leave a model server behind. The kernel
+    runs cells on its main thread; from any other thread (whose end says nothing about the
+    process) the engine is left to ``stop()`` and the exit handler.
+    """
+    if (
+        not sys.platform.startswith("linux")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not after
+    set_parent_death_signal = 1  # PR_SET_PDEATHSIG
+
+    def arm() -> None:
+        prctl(set_parent_death_signal, signal.SIGTERM)
+
+    return arm
+
+
 class EngineServer(ProcessServer, EngineHandle):
-    """Our ``llama-server`` child, in a session of its own."""
+    """Our ``llama-server`` child, in a session of its own, ended with the thread that started
+    it (on Linux, from the main thread) or by ``stop()``."""
 
     def __init__(
         self, files: EngineFiles, settings: EngineSettings, *, port: int, name: str = ENGINE_NAME
@@ -179,6 +207,7 @@ class EngineServer(ProcessServer, EngineHandle):
             ready_path="/health",
             start_timeout=START_TIMEOUT_S,
             merge_stderr=True,
+            preexec_fn=_die_with_this_thread(),
         )
         self.files = files
         self.settings = settings

@@ -1,0 +1,37 @@
+"""An engine does not outlive the kernel that started it, even one killed with SIGKILL."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import psutil
+
+from labkit.engine import EngineHandle
+
+KILLED_KERNEL = """
+import os
+from labkit.engine import start_engine
+print(start_engine().pid, flush=True)
+os.kill(os.getpid(), 9)  # as nbval stops a kernel: no exit handler runs
+"""
+
+
+def test_an_engine_ends_when_the_process_that_started_it_is_killed(engine: EngineHandle) -> None:
+    # `engine` makes sure one is built (or skips); the child below starts its own
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_KERNEL], capture_output=True, text=True, timeout=120
+    )
+    pid = int(child.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.05)
+    else:
+        psutil.Process(pid).kill()
+        raise AssertionError(f"the engine (pid {pid}) outlived its killed parent by 10 s")
