@@ -784,10 +784,11 @@ def write_parts(scaffold: str, parts: dict[str, str]) -> str:
 
 
 def test_a_learner_who_wrote_only_the_parts_everybody_writes_alike_is_not_flagged() -> None:
-    """Bug: four one-line parts, as the docstrings all but dictate them, scored 0.93 against
-    the reference and were flagged. Fix: a flag also needs ``MIN_SHARED`` fingerprints."""
+    """Bug: short parts, as the docstrings all but dictate them, scored 0.93 against the
+    reference and were flagged. Fix: a flag also needs ``MIN_SHARED`` fingerprints.
+    (``make_queue`` left this set when it gained its stall deadline: it is a design now.)"""
     reference = reference_source()
-    alike = {"make_client", "error_event", "upstream_timeout", "make_queue"}
+    alike = {"make_client", "error_event", "upstream_timeout"}
     parts = {r.function: "\n".join(r.solution) for r in regions(reference) if r.function in alike}
     row = compare_roster({"ana": write_parts(scaffold_of(reference), parts)}, reference=reference)
     assert row["ana"].to_reference is not None
