@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from typing import Any, Final, Literal
 
 from fastapi import FastAPI, Request
@@ -96,10 +98,14 @@ _STATUS_SHAPES: Final = {
 }
 
 
-def status_error(status: int, retry_after: int | None) -> ApiError:
-    """The injected ``status`` scenario: a provider-shaped error before any stream."""
+def status_error(status: int, retry_after: int | None, *, as_date: bool = False) -> ApiError:
+    """The injected ``status`` scenario: a provider-shaped error before any stream, with
+    ``Retry-After`` in seconds, or ``as_date``: the HTTP-date that many seconds from now."""
     shape = _STATUS_SHAPES[status]
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+    headers: dict[str, str] = {}
+    if retry_after is not None:
+        when = datetime.now(UTC) + timedelta(seconds=retry_after)
+        headers["Retry-After"] = format_datetime(when, usegmt=True) if as_date else str(retry_after)
     return ApiError(
         status,
         f"{shape.message} (mock scenario status={status})",

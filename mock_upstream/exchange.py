@@ -123,7 +123,7 @@ async def answer(request: Request, api: ApiSpec) -> Response:
     if scenario.status is not None:
         record.status_code = scenario.status
         recorder.finish(record, "errored", completion_tokens=0)
-        raise status_error(scenario.status, scenario.retry_after)
+        raise status_error(scenario.status, scenario.retry_after, as_date=scenario.retry_after_date)
 
     plan = build_plan(parsed.prompt, scenario, call_id_prefix=api.call_id_prefix)  # text: lazy
     every_s = None if scenario.comment_every_ms is None else scenario.comment_every_ms / 1000.0

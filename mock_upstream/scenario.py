@@ -59,6 +59,8 @@ class Scenario:
     last chunk with choices), ``interleave_tools`` (parallel tool-call deltas interleaved) and
     ``done_after_error`` (``data: [DONE]`` after the in-stream error, as vLLM sends it), and on
     the Responses route ``refusal_deltas`` (a refusal sent as ``response.refusal.delta`` events).
+    ``retry_after_date`` sends ``retry_after`` as an HTTP-date that many seconds from now (the
+    other form RFC 9110 allows) instead of as a number of seconds.
 
     The shape keys change what the answer holds: ``filler_tokens`` (the text opens with that
     many tokens of whitespace and ellipses, as a model that "thinks out loud" in blank space),
@@ -82,6 +84,7 @@ class Scenario:
     stall_s: float = DEFAULT_STALL_S
     status: int | None = None
     retry_after: int | None = None
+    retry_after_date: bool = False
     malformed_after: int | None = None
     refusal_after: int | None = None
     comment_every_ms: int | None = None
@@ -191,6 +194,7 @@ _CONVERTERS: Final[dict[str, Callable[[object], Any]]] = {
     "stall_s": _float(0.0, strict=False),
     "status": _status,
     "retry_after": _int(0),
+    "retry_after_date": _bool,
     "malformed_after": _int(0),
     "refusal_after": _int(0),
     "comment_every_ms": _int(1),

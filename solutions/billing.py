@@ -62,8 +62,15 @@ PRICES: Final = PriceTable(
 def reconciled_bill(
     lines: Iterable[Mapping[str, Any]], records: Iterable[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
-    """One billing event per request the upstream generated for: {id, outcome, source,
-    prompt_tokens, completion_tokens, usd}."""
+    """One billing event per request the upstream generated for, from the usage log's ``lines``
+    ({id, prompt_tokens, completion_tokens, total_tokens, outcome}; id None if the client left
+    before the first chunk, the counts None if the stream ended before its usage chunk) and the
+    provider's ``records`` ({id, model, status_code, prompt_tokens, tokens_generated, ...}): a
+    list of {id, model, outcome, source, prompt_tokens, completion_tokens, usd}. ``source`` is
+    "stream" (the line's counts), "provider" (a line without counts: the record's) or "books
+    only" (a record no line names: outcome "cancelled"); ``model`` is the record's. No event for
+    a record with a status of 400 or more, nor for a line whose id the books do not hold; each
+    record once, in the lines' order, then the books-only ones in the books' order."""
     books = {r["id"]: r for r in records if r["status_code"] < 400}
     events = []
     for line in lines:
