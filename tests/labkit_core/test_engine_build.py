@@ -31,9 +31,7 @@ def test_the_cache_key_changes_with_every_build_input() -> None:
         RECIPE.key,
         dataclasses.replace(RECIPE, cmake_flags=(*RECIPE.cmake_flags, "-DGGML_AVX512=ON")).key,
         dataclasses.replace(RECIPE, target="llama-cli").key,
-        dataclasses.replace(
-            RECIPE, source=dataclasses.replace(RECIPE.source, sha256="0" * 64)
-        ).key,
+        dataclasses.replace(RECIPE, source=dataclasses.replace(RECIPE.source, sha256="0" * 64)).key,
     }
     assert len(keys) == 4
     assert RECIPE.key.startswith("llama_cpp_python-0.3.36-")

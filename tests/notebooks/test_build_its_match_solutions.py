@@ -54,6 +54,14 @@ TIES = [
         ("responses_usage", '"total_tokens": usage["input_tokens"] +', '"total_tokens": 0 +'),
     ),
     Tie(
+        "08_providers_and_normalisation",
+        "anthropic_adapter",
+        ("to_openai",),
+        ("FINISH",),
+        ("to_openai", "+ cached + written", "+ cached"),
+        ("to_openai", "FINISH.get(reason, reason)", 'FINISH.get(reason, "stop")'),
+    ),
+    Tie(
         "09_tool_calls_and_partial_json",
         "accumulate",
         ("accumulate_blocks", "blocks"),
@@ -70,6 +78,14 @@ TIES = [
         ("reconciled_bill", "< 400}", "< 500}"),
     ),
     Tie(
+        "11_metrics_billing_and_retries",
+        "retries",
+        ("gateway_error", "retry_after_s", "open_upstream"),
+        ("CHAT", "RETRYABLE", "MAX_ATTEMPTS", "RETRY_BUDGET_S"),
+        ("open_upstream", "return gateway_error(504, exc)", "return gateway_error(502, exc)"),
+        ("retry_after_s", "max(0.0, ", "abs("),
+    ),
+    Tie(
         "12_client_states_and_release",
         "release",
         ("validate", "BySentence"),
@@ -78,7 +94,7 @@ TIES = [
         ("BySentence", 'self.held.endswith(".")', 'self.held.endswith("!")'),
     ),
 ]
-IDS = [tie.notebook[:2] for tie in TIES]
+IDS = [f"{tie.notebook[:2]}-{tie.module}" for tie in TIES]
 
 Definition = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Assign | ast.AnnAssign
 

@@ -29,22 +29,6 @@ from labkit import capture_stream, serve
 from labkit.servers import ServerHandle
 from mock_upstream.anthropic_messages import STOP_REASONS
 from solutions.anthropic_adapter import FINISH, to_openai
-from tests.notebooks.test_build_its_match_solutions import (
-    NOTEBOOK_DIR,
-    SOLUTIONS,
-    Tie,
-    differences,
-    notebook_sources,
-)
-
-TIE = Tie(
-    "08_providers_and_normalisation",
-    "anthropic_adapter",
-    ("to_openai",),
-    ("FINISH",),
-    ("to_openai", "+ cached + written", "+ cached"),
-    ("to_openai", "FINISH.get(reason, reason)", 'FINISH.get(reason, "stop")'),
-)
 
 
 def start(**usage: int) -> dict[str, Any]:
@@ -211,24 +195,3 @@ def test_an_unknown_stop_reason_and_the_cache_counts_reach_the_openai_client() -
     assert usage is not None and usage.prompt_tokens_details is not None
     assert usage.prompt_tokens == 1520
     assert getattr(usage.prompt_tokens_details, "cache_creation_tokens") == 1500  # noqa: B009
-
-
-def test_notebook_08s_build_it_is_this_modules_code() -> None:
-    module = (SOLUTIONS / "anthropic_adapter.py").read_text()
-    notebook = notebook_sources(NOTEBOOK_DIR / f"{TIE.notebook}.ipynb")
-    assert not differences(TIE, notebook, module), differences(TIE, notebook, module)
-    name, old, new = TIE.module_mutation
-    assert old in module
-    mutated = differences(TIE, notebook, module.replace(old, new))
-    assert [p.split(":")[0] for p in mutated] == [name]
-
-
-def test_a_change_in_the_notebooks_build_it_alone_breaks_the_tie() -> None:
-    """A one-line change in the notebook's build-it alone breaks the tie too."""
-    name, old, new = TIE.notebook_mutation
-    notebook = notebook_sources(NOTEBOOK_DIR / f"{TIE.notebook}.ipynb")
-    [index] = [i for i, source in enumerate(notebook) if f"def {name}(" in source]
-    assert notebook[index].count(old) == 1
-    notebook[index] = notebook[index].replace(old, new)
-    module = (SOLUTIONS / "anthropic_adapter.py").read_text()
-    assert [p.split(":")[0] for p in differences(TIE, notebook, module)] == [name]

@@ -36,22 +36,7 @@ from labkit import MockUpstream, serve
 from labkit.servers import ServerHandle
 from solutions import proxy as parts
 from solutions.retries import CHAT, MAX_ATTEMPTS, open_upstream, retry_after_s
-from tests.notebooks.test_build_its_match_solutions import (
-    NOTEBOOK_DIR,
-    SOLUTIONS,
-    Tie,
-    differences,
-    notebook_sources,
-)
 
-TIE = Tie(
-    "11_metrics_billing_and_retries",
-    "retries",
-    ("gateway_error", "retry_after_s", "open_upstream"),
-    ("CHAT", "RETRYABLE", "MAX_ATTEMPTS", "RETRY_BUDGET_S"),
-    ("open_upstream", "return gateway_error(504, exc)", "return gateway_error(502, exc)"),
-    ("retry_after_s", "max(0.0, ", "abs("),
-)
 NOW = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC)
 
 
@@ -241,23 +226,3 @@ def test_the_client_gets_the_status_in_openais_shape_and_one_usage_line(
     assert isinstance(raised.value.body, dict) and raised.value.body["type"] == "upstream_error"
     [line] = [json.loads(text) for text in usage_log.read_text().splitlines()]
     assert line["outcome"] == "error"
-
-
-def test_notebook_11s_build_it_is_this_modules_code() -> None:
-    module = (SOLUTIONS / "retries.py").read_text()
-    notebook = notebook_sources(NOTEBOOK_DIR / f"{TIE.notebook}.ipynb")
-    assert not differences(TIE, notebook, module), differences(TIE, notebook, module)
-    name, old, new = TIE.module_mutation
-    assert module.count(old) == 1
-    mutated = differences(TIE, notebook, module.replace(old, new))
-    assert [p.split(":")[0] for p in mutated] == [name]
-
-
-def test_a_change_in_the_notebooks_build_it_alone_breaks_the_tie() -> None:
-    name, old, new = TIE.notebook_mutation
-    notebook = notebook_sources(NOTEBOOK_DIR / f"{TIE.notebook}.ipynb")
-    [index] = [i for i, source in enumerate(notebook) if f"def {name}(" in source]
-    assert notebook[index].count(old) == 1
-    notebook[index] = notebook[index].replace(old, new)
-    module = (SOLUTIONS / "retries.py").read_text()
-    assert [p.split(":")[0] for p in differences(TIE, notebook, module)] == [name]
