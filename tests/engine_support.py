@@ -8,6 +8,8 @@ how to get it.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -29,3 +31,13 @@ def require_engine() -> EngineHandle:
     """``start_engine()``'s handle; skips (or fails on CI) when there is no engine here."""
     require_engine_or_skip()
     return start_engine()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
+    """Poll ``condition`` every 20 ms; True once it holds, False if ``timeout`` s pass first."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True

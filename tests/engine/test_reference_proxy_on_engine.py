@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
 
 from labkit import EngineHandle, SubprocessServer, capture_stream, serve_subprocess
+from tests.engine_support import wait_until
 from tests.grading.grading_support import write_variant
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,15 +74,6 @@ def log_lines(log: Path) -> list[dict[str, Any]]:
     if not log.exists():
         return []
     return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-
-
-def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, Final
@@ -45,6 +45,7 @@ import pytest
 
 from labkit import EngineHandle, MockUpstream, SubprocessServer, serve_subprocess
 from labkit.servers import ServerHandle
+from tests.engine_support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "solutions" / "proxy.py"
@@ -157,15 +158,6 @@ def read_to_the_end(sock: socket.socket, timeout: float) -> tuple[int, bool]:
     except TimeoutError:
         return got, False
     return got, True
-
-
-def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def mock_chat(seed: int) -> dict[str, Any]:
