@@ -56,10 +56,11 @@ def loopback_reports() -> Iterator[tuple[int, list[dict[str, object]]]]:
     server.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def engine() -> Iterator[EngineHandle]:
-    """The real engine, started once for the whole run (a model load is seconds); skips, or
-    fails on CI, where it is not built (see tests/engine_support.py)."""
+    """The real engine, started once for a test module (a model load is a second or two) and
+    stopped after it, so that no other module's tests see a server they did not start; skips,
+    or fails on CI, where it is not built (see tests/engine_support.py)."""
     from tests.engine_support import require_engine
 
     handle = require_engine()
