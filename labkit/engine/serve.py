@@ -15,11 +15,11 @@ itself.
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -171,31 +171,34 @@ class EngineHandle(ServerHandle):
         return True
 
 
-def _die_with_this_thread() -> Callable[[], None] | None:
-    """What the child runs before exec so that it gets SIGTERM when this thread ends (Linux).
+def _parent_death_signal() -> Callable[[], None] | None:
+    """What the child runs before exec so that it gets SIGKILL when the thread that started it
+    ends (Linux's PR_SET_PDEATHSIG); None elsewhere. SIGKILL, not SIGTERM: an engine that still
+    held a connection was seen to outlive two SIGTERMs, and it has nothing to save.
 
     A Jupyter kernel that is killed (nbval stops each kernel with SIGKILL) runs no exit
-    handler, so without it every notebook run would leave a model server behind. The kernel
-    runs cells on its main thread; from any other thread (whose end says nothing about the
-    process) the engine is left to ``stop()`` and the exit handler.
+    handler, so without it every notebook run would leave a model server behind. The thread
+    that matters is the one that forks, so every engine is started from _SPAWNER's one
+    long-lived thread, whichever thread asks (a notebook may load the engine from a pool).
     """
-    if (
-        not sys.platform.startswith("linux")
-        or threading.current_thread() is not threading.main_thread()
-    ):
+    if not sys.platform.startswith("linux"):
         return None
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up before the fork, not after
     set_parent_death_signal = 1  # PR_SET_PDEATHSIG
 
     def arm() -> None:
-        prctl(set_parent_death_signal, signal.SIGTERM)
+        prctl(set_parent_death_signal, signal.SIGKILL)
 
     return arm
 
 
+#: The one thread every engine is started from: it lives as long as the process does.
+_SPAWNER: Final = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="engine-spawner")
+
+
 class EngineServer(ProcessServer, EngineHandle):
-    """Our ``llama-server`` child, in a session of its own, ended with the thread that started
-    it (on Linux, from the main thread) or by ``stop()``."""
+    """Our ``llama-server`` child, in a session of its own, ended by ``stop()``, at exit, or
+    (on Linux) when this process dies however it dies."""
 
     def __init__(
         self, files: EngineFiles, settings: EngineSettings, *, port: int, name: str = ENGINE_NAME
@@ -207,12 +210,19 @@ class EngineServer(ProcessServer, EngineHandle):
             ready_path="/health",
             start_timeout=START_TIMEOUT_S,
             merge_stderr=True,
-            preexec_fn=_die_with_this_thread(),
+            preexec_fn=_parent_death_signal(),
         )
         self.files = files
         self.settings = settings
         self.model = MODEL_ALIAS
         self.poll_interval = 0.05
+
+    def start(self) -> EngineServer:
+        """Start it from _SPAWNER's thread (see :func:`_parent_death_signal`); return once the
+        model is loaded. Raises ``ServerStartError``."""
+        started = _SPAWNER.submit(super().start).result()
+        assert started is self
+        return self
 
 
 class ExternalEngine(ExternalServer, EngineHandle):
@@ -251,7 +261,7 @@ def start_engine(settings: EngineSettings | None = None) -> EngineHandle:
     probe = bind_socket("127.0.0.1", 0, name=ENGINE_NAME)
     port = probe.getsockname()[1]
     probe.close()  # llama-server binds for itself; the port was free a moment ago
-    return EngineServer(files, settings, port=port).start()  # type: ignore[return-value]
+    return EngineServer(files, settings, port=port).start()
 
 
 #: What a notebook cell prints instead of running, where there is no engine.
