@@ -157,8 +157,7 @@ def test_numbers_stated_about_a_check_are_its_constants(path: Path) -> None:
     wrong = mismatches(_markdown(path))
     assert not wrong, (
         f"{path.name} states numbers about a check that its code does not use. Print the "
-        "constant from the check's module in a code cell, or state its value:\n"
-        + "\n".join(wrong)
+        "constant from the check's module in a code cell, or state its value:\n" + "\n".join(wrong)
     )
 
 

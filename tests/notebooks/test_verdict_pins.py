@@ -103,7 +103,7 @@ def verdicts(nb: nbformat.NotebookNode) -> set[str]:
 
 
 def missing_pins(nb: nbformat.NotebookNode, pins: list[str]) -> list[str]:
-    """A check's pin must match its id exactly; a free-text pin matches the verdict's first words."""
+    """A check's pin matches its id exactly; a free-text pin, the verdict's first words."""
     shown = verdicts(nb)
     return [
         pin
