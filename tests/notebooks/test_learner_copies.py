@@ -13,18 +13,29 @@ A check cell is a code cell tagged ``check``; in a notebook without such tags, a
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
+import labkit.errors
+import labkit.proxy_file  # its errors (ProxyFileError) are the lab's own too
 from labkit.student import BEGIN, END, make_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
 CELL_TIMEOUT_S = 60
+
+
+def _subclasses(cls: type) -> set[str]:
+    return {cls.__name__}.union(*(_subclasses(sub) for sub in cls.__subclasses__()))
+
+
+LAB_ERRORS = _subclasses(labkit.errors.LabkitError)
+NAMES_NOTEBOOK = re.compile(r"notebook \d\d_\w+")
 CHECK_TAG = "check"
 FALLBACK_CALL = "run_checks(proxy.url"
 
@@ -50,6 +61,13 @@ def _text(cell: nbformat.NotebookNode) -> str:
 
 def _errors(cell: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
     return [o for o in cell.get("outputs", []) if o.output_type == "error"]
+
+
+def error_names_its_part(ename: str, evalue: str) -> bool:
+    """What a learner may meet before writing a part: the part's own stub, or the lab's own
+    error, in either case naming the notebook to go to."""
+    ours = ename == "NotImplementedError" or ename in LAB_ERRORS
+    return ours and NAMES_NOTEBOOK.search(evalue) is not None
 
 
 def _ids(paths: list[Path]) -> list[str]:
@@ -93,7 +111,7 @@ def test_solution_notebook_stored_checks_pass(source: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("source", NOTEBOOKS, ids=_ids(NOTEBOOKS))
-def test_learner_copy_check_cells_fail_helpfully(
+def test_learner_copy_runs_to_its_checks_with_errors_that_name_their_part(
     source: Path, learner_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("LAB_PROXY", raising=False)
@@ -110,6 +128,15 @@ def test_learner_copy_check_cells_fail_helpfully(
     )
     client.execute()
 
+    for number, cell in enumerate(learner.cells):
+        for error in _errors(cell):
+            assert error_names_its_part(error.ename, error.evalue), (
+                f"{source.name}, cell {number}: with nothing written, a learner meets "
+                f"{error.ename}: {error.evalue}\nAn error before the learner writes a part must "
+                "be the part's NotImplementedError (or the lab's own error) naming the part and "
+                "its notebook; a cell that needs an unwritten part says so in one line, and the "
+                "cells after it do not fail because of it."
+            )
     for cell in _check_cells(learner):
         shown = _text(cell)
         assert not _errors(cell), (
@@ -125,4 +152,15 @@ def test_learner_copy_check_cells_fail_helpfully(
     ]
     assert any("not written yet" in line for line in fails), (
         f"{source.name}: no check cell names a part that is not written yet:\n" + "\n".join(fails)
+    )
+
+
+def test_only_errors_that_name_a_part_and_its_notebook_are_allowed() -> None:
+    stub = "Write this part yourself: relay, in notebook 04_cancel_on_disconnect."
+    assert error_names_its_part("NotImplementedError", stub)
+    assert error_names_its_part("ProxyFileError", "relay is not written yet (notebook 04_cancel)")
+    assert not error_names_its_part("NameError", "name 'relay' is not defined")
+    assert not error_names_its_part("NotImplementedError", "")
+    assert not error_names_its_part(
+        "TypeError", "Invalid type for url. Expected str or httpx.URL, got NoneType"
     )
