@@ -1,0 +1,223 @@
+"""labkit's imports go one way: down the layers written at the top of ``labkit/__init__.py``.
+
+A module may import from its own layer and from the layers below it, never from one above: the
+core (errors, the SSE and wire formats, capture, servers) knows nothing of checks; checks know
+nothing of grading; grading knows nothing of the notebooks' surface, the CLI or the bundle maker.
+Every import counts, at module level or inside a function (a lazy import still couples the
+modules). ``import labkit`` for the package's own path (``labkit.__file__``) is not a dependency:
+the package loads its names on first use.
+
+The layers are read from the package docstring, so the written architecture and the enforced
+one are the same text.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import labkit
+
+PACKAGE = Path(labkit.__file__).parent
+PATH_ONLY = {"__file__", "__path__", "__name__"}
+
+
+def layers() -> dict[str, int]:
+    """Each top-level unit of labkit (``errors``, ``checks``...) and its layer, bottom first."""
+    doc = labkit.__doc__ or ""
+    block = doc.split("Layers, bottom first", 1)[1].split("\n\n", 2)[1]
+    found: dict[str, int] = {}
+    number = -1
+    for line in block.strip().splitlines():
+        if ":" in line:  # a new layer; a line without a name continues the one before
+            number += 1
+            line = line.split(":", 1)[1]
+        found.update((unit, number) for unit in line.split())
+    return found
+
+
+def unit_of(module: str) -> str:
+    """``labkit.checks.cancel`` -> ``checks``; ``labkit.wire`` -> ``wire``."""
+    return module.split(".")[1] if "." in module else "labkit"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _uses_more_than_the_path(tree: ast.AST) -> bool:
+    return any(
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "labkit"
+        and node.attr not in PATH_ONLY
+        for node in ast.walk(tree)
+    )
+
+
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """Line numbers of imports under ``if TYPE_CHECKING:`` (they do not run)."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for inner in node.body:
+                lines.update(child.lineno for child in ast.walk(inner) if hasattr(child, "lineno"))
+    return lines
+
+
+def imports(
+    source: str, module: str, is_package: bool = False, modules: frozenset[str] = frozenset()
+) -> Iterator[str]:
+    """The labkit modules that ``module``'s source imports, anywhere in it. ``from P import N``
+    imports the module ``P.N`` when that is one of ``modules``, else ``P`` itself."""
+    tree = ast.parse(source)
+    skipped = _type_checking_only(tree)
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "labkit" and not _uses_more_than_the_path(tree):
+                    continue
+                if alias.name.split(".")[0] == "labkit":
+                    yield alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = ".".join(base[: len(base) - node.level + 1])
+                source_module = f"{package}.{node.module}" if node.module else package
+            elif node.module and node.module.split(".")[0] == "labkit":
+                source_module = node.module
+            else:
+                continue
+            for alias in node.names:
+                submodule = f"{source_module}.{alias.name}"
+                yield submodule if submodule in modules or not node.module else source_module
+
+
+def graph() -> dict[str, set[str]]:
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = frozenset(module_name(path) for path in paths)
+    return {
+        module_name(path): set(
+            imports(path.read_text(), module_name(path), path.name == "__init__.py", modules)
+        )
+        for path in paths
+    }
+
+
+def upward(edges: dict[str, set[str]], layer: dict[str, int]) -> list[str]:
+    wrong = []
+    for module, targets in sorted(edges.items()):
+        if module == "labkit":
+            continue  # the package's surface re-exports from every layer, by design
+        for target in sorted(targets):
+            here, there = unit_of(module), unit_of(target)
+            if here != there and layer[there] > layer[here]:
+                wrong.append(
+                    f"{module} (layer {layer[here]}) imports {target} (layer {layer[there]})"
+                )
+    return wrong
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Import cycles between modules (Tarjan's strongly connected components of size > 1)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in edges.get(node, ()):
+            if target not in edges:
+                continue
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_module_of_labkit_has_a_layer() -> None:
+    layer = layers()
+    units = {unit_of(name) for name in graph()} - {"labkit"}
+    assert not units - layer.keys(), (
+        f"{sorted(units - layer.keys())} have no layer: add each to the 'Layers, bottom first' "
+        "list at the top of labkit/__init__.py, in the lowest layer whose modules it imports"
+    )
+    assert not layer.keys() - units, (
+        f"the layers name units that do not exist: {layer.keys() - units}"
+    )
+
+
+def test_no_module_imports_from_a_layer_above_its_own() -> None:
+    wrong = upward(graph(), layers())
+    assert not wrong, (
+        "imports that go up a layer (see labkit/__init__.py): move the code to the layer that "
+        "needs it, or pass what it needs down as an argument:\n" + "\n".join(wrong)
+    )
+
+
+def test_no_import_cycle_between_labkit_modules() -> None:
+    found = [cycle for cycle in cycles(graph()) if "labkit" not in cycle]
+    assert not found, f"import cycles: {found}"
+
+
+def test_an_upward_import_is_caught() -> None:
+    layer = {"errors": 0, "checks": 1, "grading": 2}
+    edges = {
+        "labkit.errors": {"labkit.checks.runner"},
+        "labkit.checks.runner": {"labkit.errors"},
+        "labkit.grading.grader": {"labkit.checks.runner"},
+    }
+    assert upward(edges, layer) == [
+        "labkit.errors (layer 0) imports labkit.checks.runner (layer 1)"
+    ]
+    assert cycles(edges) == [["labkit.checks.runner", "labkit.errors"]]
+
+
+def test_lazy_and_relative_imports_count_and_type_checking_ones_do_not() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import labkit\n"
+        "from . import machine\n"
+        "if TYPE_CHECKING:\n"
+        "    from labkit.grading import grader\n"
+        "def later():\n"
+        "    from labkit.student import make_bundle\n"
+        "    return labkit.__file__\n"
+    )
+    found = set(imports(source, "labkit.checks.cancel"))
+    assert set(
+        imports("from labkit.checks import cancel, CHECKS\n", "labkit.cli", False, MODULES)
+    ) == {"labkit.checks.cancel", "labkit.checks"}
+    assert found == {"labkit.checks.machine", "labkit.student"}
+    assert set(imports("import labkit\nlabkit.run_checks()\n", "labkit.wire")) == {"labkit"}
+
+
+MODULES = frozenset({"labkit.checks", "labkit.checks.cancel"})
+
+
+def test_the_layers_are_written_where_a_reader_finds_them() -> None:
+    assert re.search(r"Layers, bottom first", labkit.__doc__ or "")
+    assert layers()["errors"] == 0
+    assert layers()["cli"] == max(layers().values())
