@@ -36,7 +36,8 @@ if typing.TYPE_CHECKING:
         StartTimeoutError,
         TargetLoadError,
     )
-    from labkit.plots import plot_cancellation, plot_gaps, plot_timeline
+    from labkit.notebook_checks import NotebookChecks
+    from labkit.plots import plot_cancellation, plot_gaps, plot_timeline, slope_guides
     from labkit.proxy_file import (
         ProxyFileError,
         check_proxy,
@@ -85,6 +86,7 @@ __all__ = [
     "MockUpstream",
     "MockUpstreamError",
     "NginxNotFoundError",
+    "NotebookChecks",
     "PortInUseError",
     "ProxyFileError",
     "RestartPolicy",
@@ -116,6 +118,7 @@ __all__ = [
     "running_servers",
     "serve",
     "serve_subprocess",
+    "slope_guides",
     "start_engine",
     "start_mock_upstream",
     "start_nginx",
@@ -146,6 +149,7 @@ _WHERE = {
     "MockUpstream": "labkit.upstream",
     "MockUpstreamError": "labkit.errors",
     "NginxNotFoundError": "labkit.servers",
+    "NotebookChecks": "labkit.notebook_checks",
     "PortInUseError": "labkit.errors",
     "ProxyFileError": "labkit.proxy_file",
     "RestartPolicy": "labkit.stream_gateway",
@@ -177,6 +181,7 @@ _WHERE = {
     "running_servers": "labkit.servers",
     "serve": "labkit.servers",
     "serve_subprocess": "labkit.servers",
+    "slope_guides": "labkit.plots",
     "start_mock_upstream": "labkit.servers",
     "start_engine": "labkit.engine",
     "start_nginx": "labkit.servers",

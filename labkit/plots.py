@@ -12,7 +12,7 @@ calls ``show``. matplotlib is imported when a plot is first drawn, not with labk
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from labkit.capture import Capture
@@ -21,10 +21,11 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["plot_cancellation", "plot_gaps", "plot_timeline"]
+__all__ = ["plot_cancellation", "plot_gaps", "plot_timeline", "slope_guides"]
 
 _SIZE = (7.0, 3.6)
 _TIME_LABEL = "seconds since the request was sent"
+_GUIDE_STYLES = (":", "--", "-.")
 
 
 def _axes(ax: Axes | None) -> tuple[Figure, Axes]:
@@ -139,3 +140,38 @@ def plot_cancellation(
     ax.set_ylim(bottom=0)
     ax.legend(loc="upper left")
     return fig
+
+
+def slope_guides(
+    ax: Axes,
+    x: Sequence[float],
+    y: Sequence[float],
+    slopes: Sequence[float] = (1, 2),
+    labels: Mapping[float, str] | None = None,
+) -> list[Any]:
+    """Dashed reference lines of the given slopes on a log-log ``ax``, through the first point.
+
+    On log-log axes a line of slope k is y proportional to x**k: slope 1 is linear growth (O(n)),
+    slope 2 quadratic (O(n**2)). Each guide starts at ``(x[0], y[0])`` and spans ``x``, so a
+    measured line that runs parallel to a guide grows at that rate, whatever its constant. The
+    guides are labelled ``slope k`` (or ``labels[k]``) for the legend. Returns the lines drawn.
+    """
+    if len(x) < 2 or len(x) != len(y) or min(*x, *y) <= 0:
+        raise ValueError(
+            f"expected two or more positive points with as many x as y, got x={list(x)} "
+            f"y={list(y)}: slope guides need points a log-log plot can draw"
+        )
+    x0, x1, y0 = float(x[0]), float(max(x)), float(y[0])
+    drawn = []
+    for number, slope in enumerate(slopes):
+        label = (labels or {}).get(slope, f"slope {slope:g}")
+        (line,) = ax.plot(
+            [x0, x1],
+            [y0, y0 * (x1 / x0) ** slope],
+            linestyle=_GUIDE_STYLES[number % len(_GUIDE_STYLES)],
+            color="grey",
+            linewidth=1.0,
+            label=label,
+        )
+        drawn.append(line)
+    return drawn

@@ -109,3 +109,17 @@ def test_a_capture_without_token_counts_is_refused_not_drawn_as_events() -> None
     capture.token_counts = []
     with pytest.raises(ValueError, match="expected a token count for each of the capture's 2"):
         plot_timeline({"hand-made": capture})
+
+
+def test_slope_guides_start_at_the_first_point_and_grow_at_their_slope() -> None:
+    from labkit import slope_guides
+
+    _, ax = plt.subplots()
+    ax.loglog([1000, 8000], [0.01, 0.64])
+    lines = slope_guides(ax, [1000, 2000, 8000], [0.01, 0.04, 0.64], slopes=(1, 2))
+    assert list(lines[0].get_data()[0]) == [1000, 8000]  # from the first point across all of x
+    assert lines[0].get_data()[1][-1] == pytest.approx(0.08)  # 8x the length, 8x the time
+    assert lines[1].get_data()[1][-1] == pytest.approx(0.64)  # 8x the length, 64x the time
+    assert [line.get_label() for line in lines] == ["slope 1", "slope 2"]
+    with pytest.raises(ValueError, match="positive points"):
+        slope_guides(ax, [0, 10], [1, 2])
