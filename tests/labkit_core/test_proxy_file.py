@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from labkit.proxy_file import ProxyFileError, find_proxy, load_proxy, write_part
+from labkit.regions import Unwritten, strip_solutions, unwritten
 
 PROXY = '''\
 """A proxy."""
@@ -74,9 +75,12 @@ def test_two_functions_in_one_part(proxy: Path) -> None:
     [
         ("x = 1\n", "This cell defines no function"),
         (
-            "def first():\n    return 1\n\n\nx = 2\n",
-            "Line 5 of this cell is not part of a function",
+            "def first():\n    return 1\n\n\nprint(2)\n",
+            "Line 5 of this cell is not a function, a setting",
         ),
+        ("def first():\n    return 1\n\n\nLIMIT = 4\n", "LIMIT is already defined in proxy.py"),
+        ("def first():\n    return 1\n\n\nsecond = 4\n", "second is already defined in"),
+        ("def first():\n    return 1\n\n\nA = 1\nA = 2\n", "This cell defines A twice"),
         ("def third():\n    return 3\n", "proxy.py has no function named third"),
         ("def first(:\n", r"this cell is not valid Python \(line 1"),
     ],
@@ -86,6 +90,100 @@ def test_a_part_that_does_not_fit_says_why(proxy: Path, part: str, message: str)
     with pytest.raises(ProxyFileError, match=message):
         write_part(part, proxy)
     assert proxy.read_text() == before
+
+
+HELPERS = """\
+# how many times to try
+TRIES = 3
+
+
+def helper():
+    ### BEGIN SOLUTION
+    return TRIES * LIMIT
+    ### END SOLUTION
+
+
+@decorate
+def first():
+    return helper()
+"""
+
+
+def test_a_part_adds_its_helper_and_setting_beside_it(proxy: Path) -> None:
+    names = write_part(HELPERS, proxy)
+
+    assert names == ["TRIES", "helper", "first"]
+    text = proxy.read_text()
+    block = (
+        "# Written with first by its %%proxy_part cell (running it again replaces this):\n"
+        "# how many times to try\nTRIES = 3\n\n\ndef helper():\n"
+        "    ### BEGIN SOLUTION\n    return TRIES * LIMIT\n    ### END SOLUTION\n\n\n"
+        "# (end of what was written with first)\n\n\n@decorate\ndef first():\n"
+        "    return helper()\n\n\ndef second():"
+    )
+    assert block in text
+    assert text.startswith(decorate_source() + '"""A proxy."""\n\nLIMIT = 3\n\n\n# Written')
+    module = load_proxy(proxy)
+    assert (module.first(), module.TRIES) == (9, 3)
+
+
+def test_running_a_part_with_helpers_again_changes_nothing(proxy: Path) -> None:
+    write_part(HELPERS, proxy)
+    once = proxy.read_text()
+    stamp = proxy.stat().st_mtime_ns
+    write_part(HELPERS, proxy)
+    assert proxy.read_text() == once
+    assert proxy.stat().st_mtime_ns == stamp
+
+
+def test_running_it_again_replaces_the_helpers_and_drops_what_the_cell_dropped(
+    proxy: Path,
+) -> None:
+    before = proxy.read_text()
+    write_part(HELPERS, proxy)
+    write_part("TRIES = 5\nSPARE = 1\n\n\ndef first():\n    return TRIES + SPARE\n", proxy)
+    text = proxy.read_text()
+    assert "def helper" not in text and "TRIES = 3" not in text
+    assert text.count("# Written with first") == 1
+    assert load_proxy(proxy).first() == 6
+    write_part("def first():\n    return 1\n", proxy)  # the part alone: its block goes
+    assert proxy.read_text() == before.replace(
+        "@decorate\ndef first():\n", "def first():\n"
+    ).replace("    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n", "    return 1\n")
+
+
+def test_a_helper_another_part_wrote_is_a_clash_that_names_that_part(proxy: Path) -> None:
+    write_part(HELPERS, proxy)
+    before = proxy.read_text()
+    with pytest.raises(
+        ProxyFileError,
+        match=r"helper is already in proxy\.py: another %%proxy_part cell wrote it with first\. "
+        r"Give this cell's helper a name of its own",
+    ):
+        write_part("def helper():\n    return 0\n\n\ndef second():\n    return helper()\n", proxy)
+    with pytest.raises(ProxyFileError, match=r"TRIES is already in proxy\.py"):
+        write_part("TRIES = 1\n\n\ndef second():\n    return TRIES\n", proxy)
+    assert proxy.read_text() == before
+
+
+def test_an_import_the_file_already_has_is_no_clash(proxy: Path) -> None:
+    proxy.write_text("import json\n\n\n" + proxy.read_text())
+    write_part("import json\nimport math\n\n\ndef second():\n    return math.floor(2.5)\n", proxy)
+    assert load_proxy(proxy).second() == 2
+    with pytest.raises(ProxyFileError, match=r"json is already defined in proxy\.py"):
+        write_part("json = 1\n\n\ndef second():\n    return json\n", proxy)
+
+
+def test_a_cell_with_only_helpers_says_where_helpers_go(proxy: Path) -> None:
+    with pytest.raises(ProxyFileError, match="A helper goes in the cell of the part that uses it"):
+        write_part("TRIES = 3\n\n\ndef helper():\n    return 1\n", proxy)
+
+
+def test_a_block_whose_end_was_deleted_is_named(proxy: Path) -> None:
+    write_part(HELPERS, proxy)
+    proxy.write_text(proxy.read_text().replace("# (end of what was written with first)\n", ""))
+    with pytest.raises(ProxyFileError, match=r"line \d+: the helpers written with first are not"):
+        write_part(HELPERS, proxy)
 
 
 def test_a_broken_proxy_file_is_named_with_its_line(proxy: Path) -> None:
@@ -124,3 +222,17 @@ def test_find_proxy_takes_lab_proxy_and_checks_it(
     monkeypatch.setenv("LAB_PROXY", str(tmp_path / "missing.py"))
     with pytest.raises(ProxyFileError, match=r"LAB_PROXY is .*missing\.py, but there is no such"):
         find_proxy()
+
+
+def test_a_learner_copy_of_a_part_with_helpers_is_stubbed_like_the_part(proxy: Path) -> None:
+    """The learner's cell and the learner's proxy.py are both stubbed from the solution: the
+    helper's body names itself and its notebook, and the stubbed cell fits the stubbed file."""
+    write_part(HELPERS, proxy)
+    learner_file, _ = strip_solutions(proxy.read_text(), kind="code", notebook="07_x")
+    learner_cell, _ = strip_solutions(HELPERS, kind="code", notebook="07_x")
+    proxy.write_text(learner_file)
+    write_part(learner_cell, proxy)
+    assert proxy.read_text() == learner_file
+    assert unwritten(learner_file) == [Unwritten("helper", "07_x")]
+    with pytest.raises(NotImplementedError, match="helper, in notebook 07_x"):
+        load_proxy(proxy).first()
