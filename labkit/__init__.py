@@ -10,6 +10,20 @@ not import them all. That is for the processes the grader starts: a learner's pr
 ``labkit.servers._child`` and a mock by ``mock_upstream.served``, and importing ``labkit``
 whole (FastAPI, the mock, the checks) cost each of them about 0.5 s of CPU before it could
 serve, four of them starting at once on half a CPU.
+
+Layers, bottom first (a module imports from its own layer and the ones before it, never from a
+later one; tests/labkit_core/test_layers.py reads this list and enforces it):
+
+    core: errors wire sse scrape _blocking _ssl _decompress _capture_model _recorder
+          capture servers regions packaging stream_gateway
+    services: engine upstream chat plots
+    checks: checks
+    grading: grading
+    surface: proxy_file student doctor cli notebook_checks
+
+The core is formats, capture and processes; services run an engine, a mock or a page on it;
+checks observe a proxy through them; grading runs the checks on submissions; the surface is
+what the notebooks, the command line and the learner bundle use.
 """
 
 import importlib

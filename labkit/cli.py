@@ -30,6 +30,12 @@ from pathlib import Path
 
 from labkit.checks.catalogue import ALL_IDS, PROFILES, select
 from labkit.errors import LabkitError
+from labkit.grading.answers import (
+    collect_roster,
+    course_questions,
+    fold_manual_marks,
+    write_answer_pages,
+)
 from labkit.grading.class_results import (
     ClassResults,
     merge,
@@ -341,6 +347,14 @@ def _add_merge(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
     merge_cmd.add_argument(
         "--similar-above", type=float, metavar="SCORE", help="as for labkit grade --roster"
     )
+    merge_cmd.add_argument(
+        "--manual",
+        metavar="MARKS_CSV",
+        help="the marks.csv of `labkit answers`, filled in: folded into grades.csv as columns",
+    )
+    merge_cmd.add_argument(
+        "--key", metavar="KEY_CSV", help="with --manual: key.csv, if the pages were anonymised"
+    )
     merge_cmd.set_defaults(run=_run_merge)
 
 
@@ -355,7 +369,58 @@ def _run_merge(args: argparse.Namespace) -> int:
         threshold=threshold,
     )
     _print_class(written, threshold)
+    if args.manual:
+        blank = fold_manual_marks(
+            Path(args.out) / "grades.csv",
+            Path(args.manual),
+            key=Path(args.key) if args.key else None,
+        )
+        print(f"Folded the written marks of {args.manual} into {Path(args.out) / 'grades.csv'}.")
+        if blank:
+            print(f"{len(blank)} marks are still blank (counted 0): {', '.join(blank[:5])}...")
+    elif args.key:
+        raise UsageError("--key goes with --manual MARKS_CSV: pass both, or neither.")
     return _exit_code(written.reports)
+
+
+# ---------------------------------------------------------------------------------------------
+# labkit answers
+
+
+def _add_answers(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    answers = subcommands.add_parser(
+        "answers",
+        help="collect the class's written answers into pages to mark, and a marks.csv",
+        description=(
+            "Write one page per question (every learner's answer, and the rubric for you), "
+            "one page per learner, and marks.csv to fill in; then `labkit merge ROSTER_OUT "
+            "--manual marks.csv --out NEW` folds the marks into grades.csv."
+        ),
+    )
+    answers.add_argument("--roster", required=True, help="folder: one folder or .zip a learner")
+    answers.add_argument("--out", required=True, help="new folder for the pages and marks.csv")
+    answers.add_argument(
+        "--notebooks",
+        default="notebooks",
+        help="the instructor's notebooks (questions and rubrics; default: notebooks)",
+    )
+    answers.add_argument(
+        "--anonymise", action="store_true", help="show learner-001... and write key.csv apart"
+    )
+    answers.set_defaults(run=_run_answers)
+
+
+def _run_answers(args: argparse.Namespace) -> int:
+    questions = course_questions(Path(args.notebooks))
+    learners = collect_roster(Path(args.roster), questions)
+    out = Path(args.out)
+    write_answer_pages(out, questions, learners, anonymise=args.anonymise)
+    answered = sum(1 for learner in learners for text in learner.answers.values() if text)
+    print(
+        f"Wrote {len(questions)} question pages and {len(learners)} learner pages to {out} "
+        f"({answered} answers): open {out / 'index.html'}, fill in {out / 'marks.csv'}."
+    )
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -519,6 +584,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_student(subcommands)
     _add_merge(subcommands)
     _add_autograder(subcommands)
+    _add_answers(subcommands)
     return parser
 
 

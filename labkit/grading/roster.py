@@ -6,8 +6,9 @@ memory costs only its own slot. The worker prints one typed ``WorkerOutcome``: a
 setup error that becomes ``GradingError`` here. ``jobs`` workers run at once (default: the
 cores this process may use).
 
-Submissions are ``.py`` files, or folders holding a ``proxy.py`` (the folder names the
-learner); a folder given on the command line is searched one level deep for both.
+Submissions are ``.py`` files, folders holding a ``proxy.py``, or ``.zip`` files holding one
+(the folder or zip names the learner); a folder given on the command line is searched one
+level deep for them.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from labkit.checks.catalogue import select
 from labkit.checks.machine import cpu_limit
@@ -59,6 +61,40 @@ def default_jobs() -> int:
     return max(1, int(cpu_limit()))
 
 
+MAX_PROXY_BYTES = 1024 * 1024
+_UNZIPPED: list[tempfile.TemporaryDirectory[str]] = []  # removed when the process ends
+
+
+def proxy_from_zip(archive: Path) -> Path:
+    """The ``proxy.py`` of a learner's zip (at its top or in one folder), copied out to a
+    temporary file: only that file is read, whatever else the zip holds."""
+    try:
+        with zipfile.ZipFile(archive) as opened:
+            members = [
+                info
+                for info in opened.infolist()
+                if PurePosixPath(info.filename).name == "proxy.py"
+                and len(PurePosixPath(info.filename).parts) <= 2
+            ]
+            if not members:
+                raise GradingError(
+                    f"{archive} holds no proxy.py (at its top, or in one folder): ask the "
+                    "learner for a zip made by `make submit`."
+                )
+            chosen = min(members, key=lambda info: len(info.filename))
+            if chosen.file_size > MAX_PROXY_BYTES:
+                raise GradingError(f"{archive}'s proxy.py is over 1 MB: it is not a proxy.py.")
+            source = opened.read(chosen)
+    except zipfile.BadZipFile as exc:
+        raise GradingError(f"{archive} is not a readable zip ({exc}): ask for it again.") from None
+    folder = tempfile.TemporaryDirectory(prefix="labkit-zip-")
+    _UNZIPPED.append(folder)
+    target = Path(folder.name) / archive.stem / "proxy.py"
+    target.parent.mkdir()
+    target.write_bytes(source)
+    return target
+
+
 def find_submissions(paths: Iterable[str | os.PathLike[str]]) -> list[Submission]:
     """Every submission under ``paths``, learner names made unique. Raises ``GradingError``."""
     found: list[Submission] = []
@@ -72,6 +108,8 @@ def find_submissions(paths: Iterable[str | os.PathLike[str]]) -> list[Submission
                     found.append(Submission(entry.stem, entry))
                 elif entry.is_dir() and (entry / "proxy.py").is_file():
                     found.append(Submission(entry.name, entry / "proxy.py"))
+                elif entry.is_file() and entry.suffix == ".zip":
+                    found.append(Submission(entry.stem, proxy_from_zip(entry)))
         else:
             raise GradingError(
                 f"Expected a proxy file or a folder of them, got {given}: it "
