@@ -246,3 +246,36 @@ def test_a_zip_in_the_roster_is_graded_by_its_proxy_and_one_without_says_what_to
         archive.writestr("ben/notes.txt", "no proxy here")
     with pytest.raises(GradingError, match=r"ben.zip holds no proxy.py .*`make submit`"):
         find_submissions([roster])
+
+
+def test_make_submit_in_the_bundle_writes_the_zip_the_roster_and_answers_read(
+    tmp_path: Path, questions: list[Question], learner_notebooks: Path
+) -> None:
+    import subprocess
+
+    from labkit.grading.roster import find_submissions
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(learner_notebooks.parent, bundle, ignore=shutil.ignore_patterns(".venv"))
+    answered = tmp_path / "answered"
+    answered_copy("zoe", learner_notebooks, questions, answered)
+    shutil.rmtree(bundle / "notebooks")
+    shutil.copytree(answered, bundle / "notebooks")
+    (bundle / "notebooks" / ".ipynb_checkpoints").mkdir()
+    (bundle / "notebooks" / ".ipynb_checkpoints" / "02-checkpoint.ipynb").write_text("{}")
+    (bundle / ".venv").mkdir()
+    (bundle / ".venv" / "big").write_text("x")
+    done = subprocess.run(["make", "-s", "submit"], cwd=bundle, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    with zipfile.ZipFile(bundle / "submission.zip") as archive:
+        names = set(archive.namelist())
+    notebooks = {f"notebooks/{p.name}" for p in answered.glob("*.ipynb")}
+    assert names == {"proxy.py", *notebooks}
+
+    roster = tmp_path / "roster"
+    roster.mkdir()
+    shutil.copy(bundle / "submission.zip", roster / "zoe.zip")
+    (found,) = find_submissions([roster])
+    assert (found.learner, found.path.read_bytes()) == ("zoe", (bundle / "proxy.py").read_bytes())
+    (zoe,) = collect_roster(roster, questions)
+    assert zoe.answers == {q.id: answer_text("zoe", q.id) for q in questions}
