@@ -66,7 +66,9 @@ FORWARDED_HEADERS = ("authorization", "x-mock-scenario")
 
 HEARTBEAT = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+# no-cache: a cache must check with us before reusing the answer; no-transform: no cache, CDN or
+# proxy on the way may recompress or rewrite the body (that collapses a stream, notebook 03).
+SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ one shared machine, not a mock per lane); the others are reported as not run, sa
 (``labkit.checks.runner``).
 
 Run it through ``labkit grade`` (which runs it in a worker process with a stripped
-environment, ``labkit.grading.worker``) to keep the instructor's secrets out of learner code.
+environment, ``labkit.grading.worker``) to keep the instructor's secrets out of learner code and
+to give the grading a network of its own (``labkit.grading.network``): the report's ``network``
+says which network the grading had.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from labkit.checks.engine_requests import engine_body
 from labkit.checks.machine import budget_scale
 from labkit.errors import CaptureError
 from labkit.grading.isolation import Isolation, choose
+from labkit.grading.network import Network, seen_from_here
 from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.rubric import Rubric
 from labkit.grading.sandbox import SandboxedProxy, problem_from, start_proxy
@@ -49,6 +52,11 @@ UPSTREAM_TARGET = "mock_upstream.served:app"
 PREFLIGHT_S = 5.0
 PREFLIGHT_SEED = 4001
 NOT_RUN_HINT = "fix the problem above and grade again."
+IN_PROCESS = (
+    "graded in the caller's own process; `labkit grade` gives each grading a network "
+    "namespace of its own"
+)
+URL_NETWORK = Network(False, "grading a URL: the proxy runs where it was started, not here")
 
 
 def _not_run(ids: Iterable[str], verdict: str) -> list[CheckResult]:
@@ -119,8 +127,12 @@ async def agrade_file(
     only: str | Iterable[str] | None = None,
     precheck: bool = True,
     engine_url: str | None = None,
+    network: Network | None = None,
 ) -> SubmissionReport:
     """Grade the proxy in ``path``; the report's ``name`` defaults to the file name.
+
+    ``network``: the network this process (and so the grading) has, for the report, from
+    ``labkit.grading.network.enter_own_namespace``; by default, what this process sees now.
 
     With ``precheck`` (the default) a check that needs a part still stubbed in the file (see
     ``unwritten_results``) fails with a verdict naming that part, without being run. With
@@ -138,6 +150,7 @@ async def agrade_file(
         upstream = f"engine {await EngineBooks(engine_url).model()} at {engine_url}"
 
     isolation: Isolation | None = None
+    network = network or seen_from_here(IN_PROCESS)
 
     def report(results: list[CheckResult], problem: Problem | None = None) -> SubmissionReport:
         return SubmissionReport(
@@ -148,6 +161,7 @@ async def agrade_file(
             problem,
             time.monotonic() - started,
             isolation="" if isolation is None else isolation.describe(),
+            network=network.describe(),
             machine=machine.describe(),
             upstream=upstream,
         )
@@ -370,6 +384,7 @@ async def agrade_url(
         rubric,
         problem,
         time.monotonic() - started,
+        network=URL_NETWORK.describe(),
         machine=machine.describe(),
         upstream=described,
     )

@@ -13,7 +13,9 @@ in, by:
 * ``setpriv`` to an unprivileged user when the grader runs as root;
 * ``prlimit``: file size, CPU seconds and (without a cgroup) the address space.
 
-Loopback networking is shared: the grader reaches the proxy and the proxy reaches the mock.
+The network is not the sandbox's: the whole grading (the worker, its mocks, every proxy) runs in
+a network namespace of its own with only loopback in it (``labkit.grading.network``), so the
+grader reaches the proxy and the proxy the mock, and learner code reaches nothing else.
 
 Strategies are chosen by name, uvicorn-style: ``KINDS["bubblewrap"]``, ``KINDS["none"]``;
 ``choose()`` picks the strongest that works and says why it could not do better. "none" still

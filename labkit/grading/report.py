@@ -49,6 +49,7 @@ class SubmissionReport:
     problem: Problem | None = None
     elapsed_s: float = 0.0
     isolation: str = ""  # where the learner's code ran (labkit.grading.isolation)
+    network: str = ""  # "loopback only" or "shared (why)" (labkit.grading.network)
     machine: str = ""  # the CPU the grader had, and what that did to its time budgets
     upstream: str = ""  # a real engine the proxy forwarded to (labkit grade --engine); "": the mock
     points: dict[str, float] = field(init=False)
@@ -115,6 +116,7 @@ class SubmissionReport:
             },
             "elapsed_s": round(self.elapsed_s, 2),
             "isolation": self.isolation,
+            "network": self.network,
             "machine": self.machine,
             "upstream": self.upstream or "mock",
             "checks": {
@@ -145,6 +147,7 @@ class SubmissionReport:
             problem=None if problem is None else Problem(**problem),
             elapsed_s=float(data.get("elapsed_s", 0.0)),
             isolation=str(data.get("isolation", "")),
+            network=str(data.get("network", "")),
             machine=str(data.get("machine", "")),
             upstream="" if data.get("upstream", "mock") == "mock" else str(data["upstream"]),
         )
@@ -163,6 +166,8 @@ def render_table(report: SubmissionReport, *, evidence: bool = True) -> str:
     lines = [f"Grading {report.name}"]
     if report.isolation:
         lines.append(f"  ran in: {report.isolation}")
+    if report.network:
+        lines.append(f"  network: {report.network}")
     if report.machine:
         lines.append(f"  machine: {report.machine}")
     if report.upstream:

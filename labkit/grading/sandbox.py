@@ -38,7 +38,8 @@ __all__ = [
     "start_proxy",
 ]
 
-# LABKIT_SANDBOX is the instructor's choice of sandbox (labkit.grading.isolation.choose)
+# LABKIT_SANDBOX is the instructor's choice of sandbox (labkit.grading.isolation.choose),
+# LABKIT_NETWORK of network (labkit.grading.network.enter_own_namespace): the worker needs them
 KEPT_ENV = (
     "PATH",
     "LANG",
@@ -48,6 +49,7 @@ KEPT_ENV = (
     "PYTHONPATH",
     "SYSTEMROOT",
     "LABKIT_SANDBOX",
+    "LABKIT_NETWORK",
 )
 PROXY_START_TIMEOUT_S = 8.0
 AGAIN = "Fix it and grade again."

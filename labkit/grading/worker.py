@@ -5,7 +5,11 @@
 
 The CLI starts it with a stripped environment (``sandbox.clean_env``), so the learner's proxy,
 which inherits this environment, never sees the instructor's secrets; and with a hard time
-limit, so nothing a submission does can stall the caller. Its stdout is one
+limit, so nothing a submission does can stall the caller. Before it starts anything, the worker
+moves into a network namespace of its own with only loopback in it
+(``labkit.grading.network``): the mocks and proxies it starts are born there, and learner code
+reaches nothing outside this one grading. Grading against a real engine (``--engine``) keeps the
+machine's network, since the engine is outside it. Its stdout is one
 :class:`WorkerOutcome` as JSON, whose ``kind`` says what it holds: ``report`` (the submission's
 report) or ``setup_error`` (grading itself could not be set up, and why). The exit status (0, or
 2 for a setup error, with the reason on stderr too) is for a person running it by hand; the
@@ -23,6 +27,7 @@ from typing import Any, Literal, get_args
 
 from labkit.errors import LabkitError
 from labkit.grading.grader import agrade_file
+from labkit.grading.network import Network, enter_own_namespace
 from labkit.grading.rubric import Rubric
 
 __all__ = ["OutcomeKind", "WorkerOutcome", "main"]
@@ -64,9 +69,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", metavar="URL", help="grade against this real engine")
     args = parser.parse_args(argv)
     try:
+        network = (
+            Network(False, f"grading against the engine at {args.engine}, outside the grading")
+            if args.engine
+            else enter_own_namespace()
+        )
         rubric = Rubric.load(args.rubric)
         report = asyncio.run(
-            agrade_file(args.file, rubric, name=args.name, only=args.only, engine_url=args.engine)
+            agrade_file(
+                args.file,
+                rubric,
+                name=args.name,
+                only=args.only,
+                engine_url=args.engine,
+                network=network,
+            )
         )
     except (LabkitError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

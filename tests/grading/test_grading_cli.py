@@ -113,8 +113,9 @@ def test_a_syntax_error_is_reported_plainly_and_scored_zero(
     assert main(["grade", str(path), "--gradescope", str(gradescope)]) == 1
     shown = capsys.readouterr().out.splitlines()
     assert shown[1].startswith("  ran in: ")  # bubblewrap: ..., or no sandbox (why): ...
-    assert shown[2].startswith("  machine: ")  # 2 CPUs, or 0.5 CPU: time budgets x2
-    assert [shown[0], *shown[3:]] == [
+    assert shown[2].startswith("  network: ")  # loopback only, or shared (why)
+    assert shown[3].startswith("  machine: ")  # 2 CPUs, or 0.5 CPU: time budgets x2
+    assert [shown[0], *shown[4:]] == [
         "Grading alice.py",
         "  problem: alice.py has a syntax error: SyntaxError: invalid syntax (proxy.py, line 1). "
         "Fix it and grade again.",
@@ -146,8 +147,9 @@ def test_black_box_grading_skips_only_what_needs_the_usage_log(
     assert main([*argv, "--only", "trickle", "usage", "upstream_status"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"Grading {reference_proxy.url}"
-    assert lines[1].startswith("  machine: ")
-    assert lines[2:] == [
+    assert lines[1].startswith("  network: shared (grading a URL")
+    assert lines[2].startswith("  machine: ")
+    assert lines[3:] == [
         "  PASS  trickle                    tokens reach the client as the upstream generates them",
         "  SKIP  usage                      skipped: no usage log to read",
         "  PASS  upstream_status            the upstream's error status and Retry-After reach "

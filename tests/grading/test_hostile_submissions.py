@@ -2,11 +2,12 @@
 is stopped, reported, and costs its classmates nothing.
 
 Each hostile submission is the correct reference proxy with a payload that runs at import, in
-every proxy process the grader starts for it. It reports what it managed over a loopback
-socket the test listens on (loopback stays open: the grader reaches the proxy that way):
-planting a file in the grader's own package, finding a classmate's submission, reading the mock
-upstream's books, leaving a daemon behind in a session of its own. Another one holds 600 MiB.
-Graded in one roster with an honest classmate, as an instructor grades a class.
+every proxy process the grader starts for it: planting a file in the grader's own package,
+finding a classmate's submission, reading the mock upstream's books, reaching a port the test
+opened on the machine's own 127.0.0.1, leaving a daemon behind in a session of its own. It
+writes what it managed into its own folder, the one place it can write, where the test reads
+it while the grading runs (``folder_reports``). Another one holds 600 MiB. Graded in one roster
+with an honest classmate, as an instructor grades a class.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from folder_reports import REPORTER, folder_reports
 
 import labkit.checks
 from labkit.grading.isolation import choose
@@ -28,7 +30,7 @@ DAEMON = ["sleep", "917"]
 ONLY = ["trickle", "usage"]
 
 PAYLOAD = """
-import json as _json, os as _os, socket as _socket, subprocess as _subprocess, sys as _sys
+import os as _os, socket as _socket, subprocess as _subprocess, sys as _sys
 import urllib.error as _uerror, urllib.request as _urequest
 
 # Python's own installation, which the sandbox shows read-only on purpose (60,000 files here):
@@ -65,10 +67,15 @@ def _hostile():
         seen["debug"] = exc.code
     except Exception as exc:
         seen["debug"] = type(exc).__name__
+    try:
+        with _socket.create_connection(("127.0.0.1", PORT), timeout=2) as host:
+            host.sendall(b'{"reached": true}')
+        seen["host_port"] = "reached"
+    except OSError as exc:
+        seen["host_port"] = type(exc).__name__
     _subprocess.Popen(DAEMON, start_new_session=True, stdout=_subprocess.DEVNULL,
                       stderr=_subprocess.DEVNULL)
-    with _socket.create_connection(("127.0.0.1", PORT), timeout=2) as report:
-        report.sendall(_json.dumps(seen).encode() + b"\\n")
+    _report(seen)
 
 
 _hostile()
@@ -87,12 +94,14 @@ def _daemons() -> list[str]:
 
 @pytest.mark.slow
 def test_hostile_acts_are_stopped_and_the_honest_classmate_is_unaffected(
-    tmp_path: Path, loopback_reports: tuple[int, list[dict[str, object]]]
+    tmp_path: Path,
+    loopback_reports: tuple[int, list[dict[str, object]]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     isolation = choose()
     if isolation.kind != "bubblewrap":
         pytest.skip(f"no sandbox on this machine: {isolation.describe()}")
-    port, reports = loopback_reports
+    port, reached = loopback_reports
     roster = tmp_path / "submissions"
     (roster / "classmate").mkdir(parents=True)
     (roster / "classmate" / "proxy.py").write_text(REFERENCE + "\n# CLASSMATE-MARKER\n")
@@ -102,7 +111,7 @@ def test_hostile_acts_are_stopped_and_the_honest_classmate_is_unaffected(
         .replace("DAEMON", repr(DAEMON))
         .replace("PORT", str(port))
     )
-    (roster / "hostile.py").write_text(with_payload(payload))
+    (roster / "hostile.py").write_text(with_payload(REPORTER + payload))
     (roster / "hog.py").write_text(with_payload("\n_held = bytearray(600 * 1024 * 1024)\n"))
     submissions = [
         Submission("classmate", roster / "classmate" / "proxy.py"),
@@ -111,7 +120,8 @@ def test_hostile_acts_are_stopped_and_the_honest_classmate_is_unaffected(
     ]
     before = _daemons()
 
-    reports_by_name = {r.name: r for r in grade_many(submissions, Rubric(), only=ONLY)}
+    with folder_reports(tmp_path / "homes", monkeypatch) as reports:
+        reports_by_name = {r.name: r for r in grade_many(submissions, Rubric(), only=ONLY)}
 
     assert reports_by_name["classmate"].score == reports_by_name["classmate"].max_score
     hostile = reports_by_name["hostile"]
@@ -128,6 +138,9 @@ def test_hostile_acts_are_stopped_and_the_honest_classmate_is_unaffected(
         assert seen["planted"] in ("PermissionError", "OSError"), seen
         assert seen["found"] == [], f"a classmate's submission was readable: {seen['found']}"
         assert seen["debug"] == 403, f"the mock's books answered the submission: {seen}"
+        assert seen["host_port"] == "ConnectionRefusedError", seen
+    assert reached == [], "learner code reached a port on the machine's own loopback"
     assert not PLANTED.exists()
     assert _daemons() == before, "a daemon the submission started outlived its grading"
     assert "bubblewrap" in reports_by_name["hostile"].isolation
+    assert {r.network for r in reports_by_name.values()} == {"loopback only"}

@@ -1,0 +1,156 @@
+"""The network a grading's processes see: a namespace of their own with only loopback in it.
+
+A grading talks over loopback: the checks reach the submission's proxy, the proxy reaches the
+grader's mock upstreams. On the machine's own loopback, a line of learner code run at import
+could also reach anything else that listens there (a notebook server, another grading's mocks)
+and, through the machine's other interfaces, the internet. ``enter_own_namespace`` moves the
+calling process (the grading worker, first thing, before it starts any thread or child) into a
+new network namespace whose only interface is a loopback of its own, brought up here. Every
+process it starts afterwards (mocks, proxies in their sandboxes) is born in it, so the grading
+works unchanged on 127.0.0.1 while nothing outside the grading can be reached; when its last
+process ends, the namespace goes with it.
+
+Linux allows this to root (``CAP_SYS_ADMIN``) and, where unprivileged user namespaces are
+allowed, to any user (inside a user namespace that maps the user to itself, so uids and file
+owners stay what they were). Where it is refused (a container without ``CAP_SYS_ADMIN``, a
+kernel that forbids user namespaces), grading goes on with the machine's network and the report
+says why. ``LABKIT_NETWORK=shared`` turns it off on purpose. ``Network.describe()`` is the
+report's ``network:`` line: ``loopback only`` or ``shared (why)``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import socket
+import struct
+import threading
+from dataclasses import dataclass
+from typing import Literal
+
+from labkit.errors import LabkitError
+
+__all__ = [
+    "NETWORK_ENV",
+    "Network",
+    "NetworkChoice",
+    "NetworkSetupError",
+    "enter_own_namespace",
+    "interfaces",
+    "seen_from_here",
+]
+
+NETWORK_ENV = "LABKIT_NETWORK"
+NetworkChoice = Literal["own", "shared"]
+
+_CLONE_NEWNET = 0x40000000
+_CLONE_NEWUSER = 0x10000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_IFREQ = "16sH22x"  # struct ifreq: the interface's name, then its flags (40 bytes on Linux)
+_ASK = (
+    "run the grader as root, or where unprivileged user namespaces are allowed, to give each "
+    "grading a network of its own"
+)
+
+
+class NetworkSetupError(LabkitError):
+    """The grading's own namespace was made, but its loopback could not be brought up: nothing
+    could be graded in it (the checks reach the proxy over loopback)."""
+
+
+@dataclass(frozen=True)
+class Network:
+    """The network a grading ran in: its own loopback only, or the machine's (and why)."""
+
+    isolated: bool
+    why_shared: str = ""
+
+    def describe(self) -> str:
+        return "loopback only" if self.isolated else f"shared ({self.why_shared})"
+
+
+def interfaces() -> list[str]:
+    """The network interfaces this thread's namespace has, by name (``lo``, ``eth0``, ...)."""
+    return [name for _, name in socket.if_nameindex()]
+
+
+def seen_from_here(why_shared: str) -> Network:
+    """The network this process has now: loopback only if ``lo`` is its one interface, else
+    shared, for ``why_shared``."""
+    return Network(True) if interfaces() == ["lo"] else Network(False, why_shared)
+
+
+def enter_own_namespace(choice: NetworkChoice | None = None) -> Network:
+    """Move this process into a new network namespace with only loopback, up; what it got.
+
+    Call it before the process starts any thread or child: they are born in the namespace of
+    the thread that starts them. ``choice`` (default: ``LABKIT_NETWORK``, else ``"own"``)
+    ``"shared"`` leaves the network as it is. Never raises for what the machine refuses: the
+    returned ``Network`` says it. Raises ``NetworkSetupError`` if the namespace was made but
+    its loopback cannot be brought up.
+    """
+    wanted = choice or os.environ.get(NETWORK_ENV) or "own"
+    if wanted == "shared":
+        return Network(False, f"turned off with {NETWORK_ENV}=shared")
+    if wanted != "own":
+        return Network(
+            False, f"{NETWORK_ENV}={wanted!r} is not one of 'own', 'shared'; fix the variable"
+        )
+    if interfaces() == ["lo"]:  # already alone (a worker started inside a namespace)
+        return _bring_up_loopback()
+    refused = _unshare_network()
+    if refused:
+        return Network(False, refused)
+    return _bring_up_loopback()
+
+
+def _unshare_network() -> str:
+    """'' once this process is in a new network namespace, else why it could not be."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNET) == 0:
+        return ""
+    plain = os.strerror(ctypes.get_errno())
+    if os.geteuid() == 0:
+        # root without CAP_SYS_ADMIN (a container): a user namespace would not map the uids the
+        # sandbox drops to, so it is not tried
+        return f"the kernel refused a network namespace to root ({plain}: no CAP_SYS_ADMIN)"
+    if threading.active_count() > 1:
+        return f"the kernel refused a network namespace ({plain}), and {_ASK}"
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) != 0:
+        user = os.strerror(ctypes.get_errno())
+        return (
+            f"the kernel refused a network namespace ({plain}) and a user namespace "
+            f"({user}): {_ASK}"
+        )
+    try:  # map the user to itself: the same uid, the same owner on every file it writes
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{uid} {uid} 1")
+        _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    except OSError as exc:
+        return f"a user namespace could not map uid {uid} to itself ({exc}): {_ASK}"
+    return ""
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="ascii") as file:
+        file.write(text)
+
+
+def _bring_up_loopback() -> Network:
+    """Set ``lo`` up (a new namespace's loopback starts down); the network this leaves."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            asked = struct.pack(_IFREQ, b"lo", 0)
+            flags = struct.unpack(_IFREQ, fcntl.ioctl(sock, _SIOCGIFFLAGS, asked))[1]
+            if not flags & _IFF_UP:
+                fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
+    except OSError as exc:
+        raise NetworkSetupError(
+            f"the grading's own network namespace has no working loopback ({exc}). Set "
+            f"{NETWORK_ENV}=shared to grade on the machine's network instead."
+        ) from exc
+    return seen_from_here("the new namespace holds more than loopback")

@@ -1,0 +1,183 @@
+"""A grading's own network: learner code reaches the grader's mocks and nothing else.
+
+The submission is the reference proxy with a probe at import: it connects to a port this test
+listens on, on the machine's own 127.0.0.1 (not one of the grader's mocks), and says so. Graded
+by ``labkit grade`` in its own network namespace, the listener sees nothing and the proxy still
+scores full marks; with the namespace turned off (``LABKIT_NETWORK=shared``, as on a machine
+that refuses one) the same probe reaches the listener, and the report says the network was
+shared and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit.cli import main
+from labkit.grading.grader import agrade_file, agrade_url
+from labkit.grading.network import NETWORK_ENV, Network, enter_own_namespace
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = (ROOT / "solutions" / "proxy.py").read_text(encoding="utf-8")
+
+PROBE = """
+import json as _json, socket as _socket
+try:
+    with _socket.create_connection(("127.0.0.1", PORT), timeout=2) as _out:
+        _out.sendall(_json.dumps({"reached": "the machine's 127.0.0.1"}).encode())
+except OSError:
+    pass  # refused: the grading's own loopback has nothing on that port
+"""
+
+# enter_own_namespace in a process of its own, loaded by path (it needs only labkit.errors), so
+# that it can also run as another user with the system's Python
+IN_A_CHILD = """
+import importlib.util, json, os, socket, sys
+sys.path.insert(0, ROOT)
+spec = importlib.util.spec_from_file_location("network", ROOT + "/labkit/grading/network.py")
+network = sys.modules["network"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(network)
+got = network.enter_own_namespace()
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=2).close()
+    reached = True
+except OSError:
+    reached = False
+own = socket.create_server(("127.0.0.1", 0))
+socket.create_connection(own.getsockname(), timeout=2).close()
+print(json.dumps({"network": got.describe(), "interfaces": network.interfaces(),
+                  "reached": reached, "uid": os.getuid()}))
+"""
+
+
+def with_probe(port: int) -> str:
+    head, future, rest = REFERENCE.partition("from __future__ import annotations\n")
+    return head + future + PROBE.replace("PORT", str(port)) + rest
+
+
+def table_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    return capsys.readouterr().out.splitlines()
+
+
+@pytest.fixture
+def namespace_here() -> None:
+    """Skip, saying why, where this machine refuses a grading its own network namespace."""
+    shown = _in_a_child(9)["network"]  # port 9 (discard): nothing listens there
+    if shown != "loopback only":
+        pytest.skip(f"no network namespace for a grading here: network: {shown}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.usefixtures("namespace_here")
+def test_learner_code_cannot_reach_the_machines_loopback_and_the_reference_scores_full_marks(
+    tmp_path: Path,
+    loopback_reports: tuple[int, list[dict[str, object]]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(NETWORK_ENV, raising=False)
+    port, reached = loopback_reports
+    path = tmp_path / "proxy.py"
+    path.write_text(with_probe(port))
+
+    code = main(["grade", str(path)])
+
+    shown = table_lines(capsys)
+    assert shown[2] == "  network: loopback only", shown[:4]
+    assert reached == [], "learner code reached a port on the machine's own loopback"
+    assert shown[-1].startswith("Score: 100/100 ("), "\n".join(shown)
+    assert code == 0
+
+
+@pytest.mark.slow
+def test_without_a_namespace_grading_goes_on_shared_and_the_report_says_why(
+    tmp_path: Path,
+    loopback_reports: tuple[int, list[dict[str, object]]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(NETWORK_ENV, "shared")
+    port, reached = loopback_reports
+    path = tmp_path / "proxy.py"
+    path.write_text(with_probe(port))
+
+    code = main(["grade", str(path), "--only", "trickle"])
+
+    shown = table_lines(capsys)
+    assert shown[2] == f"  network: shared (turned off with {NETWORK_ENV}=shared)", shown[:4]
+    # the probe ran and the listener hears it when the network is shared: the test above can fail
+    assert reached and all(r == {"reached": "the machine's 127.0.0.1"} for r in reached)
+    assert shown[-1].startswith("Score: 100/100 ("), "\n".join(shown)
+    assert code == 0
+
+
+def _in_a_child(port: int, *, as_user: list[str] | None = None) -> dict[str, object]:
+    python = sys.executable if as_user is None else "/usr/bin/python3"
+    script = IN_A_CHILD.replace("ROOT", repr(str(ROOT))).replace("PORT", str(port))
+    env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(
+        [*(as_user or []), python, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd="/",
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    seen: dict[str, object] = json.loads(done.stdout)
+    return seen
+
+
+@pytest.mark.usefixtures("namespace_here")
+def test_the_namespace_has_only_a_working_loopback_of_its_own(
+    loopback_reports: tuple[int, list[dict[str, object]]],
+) -> None:
+    port, reached = loopback_reports
+    seen = _in_a_child(port)
+    assert seen["network"] == "loopback only"
+    assert seen["interfaces"] == ["lo"]
+    assert seen["reached"] is False and reached == []
+
+
+def test_a_user_other_than_root_gets_one_through_a_user_namespace(
+    loopback_reports: tuple[int, list[dict[str, object]]],
+) -> None:
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run the child as another user")
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("needs the system's /usr/bin/python3, which another user can run")
+    port, reached = loopback_reports
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+    seen = _in_a_child(port, as_user=nobody)
+    assert seen["uid"] == 65534, "the user namespace maps the user to itself"
+    if str(seen["network"]).startswith("shared ("):  # a kernel that forbids user namespaces
+        assert "user namespace" in str(seen["network"]), seen
+        pytest.skip(f"no user namespaces here: {seen['network']}")
+    assert seen["network"] == "loopback only" and seen["interfaces"] == ["lo"]
+    assert seen["reached"] is False and reached == []
+
+
+def test_a_bad_labkit_network_value_says_what_it_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(NETWORK_ENV, "none")
+    assert enter_own_namespace() == Network(
+        False, f"{NETWORK_ENV}='none' is not one of 'own', 'shared'; fix the variable"
+    )
+
+
+def test_grading_a_url_or_in_process_says_the_network_was_shared(tmp_path: Path) -> None:
+    closed = "http://127.0.0.1:9"  # discard: nothing answers, so grading stops at once
+    by_url = asyncio.run(agrade_url(closed, closed, only=["trickle"]))
+    assert by_url.network == "shared (grading a URL: the proxy runs where it was started, not here)"
+    in_process = asyncio.run(agrade_file(tmp_path / "missing.py", only=["trickle"]))
+    assert in_process.network == (
+        "shared (graded in the caller's own process; `labkit grade` gives each grading a "
+        "network namespace of its own)"
+    )
