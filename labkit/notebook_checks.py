@@ -201,8 +201,9 @@ class NotebookChecks:
         *,
         needs: Iterable[Any] = (),
         servers: Iterable[Any] = (),
-    ) -> Verdict:
-        """Judge one property and print its verdict (see the module's docstring).
+    ) -> None:
+        """Judge one property and print its verdict (see the module's docstring); nothing is
+        returned, so that a cell ending in a check shows only its verdict lines.
 
         ``needs`` are the parts this check judges: while one is not written, the judge does not
         run and the verdict names it. ``servers`` are servers the check ran (anything with
@@ -210,7 +211,8 @@ class NotebookChecks:
         """
         missing = missing_parts(*needs)
         if missing:
-            return self._show(Verdict(name, False, verdict, missing=tuple(missing)))
+            self._show(Verdict(name, False, verdict, missing=tuple(missing)))
+            return
         try:
             if isinstance(value, Exception):
                 raise value
@@ -221,12 +223,11 @@ class NotebookChecks:
         if not passed:
             logs = "\n".join(line for server in servers for line in _logs(server))
             missing = _in_text(saw) + _in_text(logs)
-        return self._show(Verdict(name, bool(passed), verdict, saw, tuple(missing)))
+        self._show(Verdict(name, bool(passed), verdict, saw, tuple(missing)))
 
-    def _show(self, result: Verdict) -> Verdict:
+    def _show(self, result: Verdict) -> None:
         for line in result.lines:
             self.say(line)
-        return result
 
 
 def _logs(server: Any) -> list[str]:

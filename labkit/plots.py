@@ -25,7 +25,7 @@ __all__ = ["plot_cancellation", "plot_gaps", "plot_timeline", "slope_guides"]
 
 _SIZE = (7.0, 3.6)
 _TIME_LABEL = "seconds since the request was sent"
-_GUIDE_STYLES = (":", "--", "-.")
+_GUIDE_STYLES: dict[float, str] = {1: ":", 2: "--"}  # any other slope: "-."
 
 
 def _axes(ax: Axes | None) -> tuple[Figure, Axes]:
@@ -163,12 +163,12 @@ def slope_guides(
         )
     x0, x1, y0 = float(x[0]), float(max(x)), float(y[0])
     drawn = []
-    for number, slope in enumerate(slopes):
+    for slope in slopes:
         label = (labels or {}).get(slope, f"slope {slope:g}")
         (line,) = ax.plot(
             [x0, x1],
             [y0, y0 * (x1 / x0) ** slope],
-            linestyle=_GUIDE_STYLES[number % len(_GUIDE_STYLES)],
+            linestyle=_GUIDE_STYLES.get(slope, "-."),
             color="grey",
             linewidth=1.0,
             label=label,

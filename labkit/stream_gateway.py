@@ -17,7 +17,12 @@ the name as ``type`` and whose ``id`` is ``<request id>:<n>``:
     policy's validation buffer first; nothing else is sent as text.
 ``gateway.tool_call``
     ``index``, ``id``, ``name``, ``arguments``: a tool call, held whole (structured content is
-    never streamed in pieces) and sent only once its arguments parse as JSON at the end.
+    never streamed in pieces) and sent after the upstream's terminal event, once it is
+    validated: the answer finished with ``finish_reason: tool_calls`` (any other reason may
+    have cut the arguments short), the call names a tool the request offered, and its
+    arguments parse as JSON and satisfy that tool's ``parameters`` schema (jsonschema). One
+    call that fails ends the answer ``gateway.interrupted`` with ``invalid_tool_call``, and
+    none of its calls is sent.
 ``gateway.restarting``
     ``attempt``, ``reason``: the upstream failed before anything was released, and the restart
     policy allows a fresh upstream request (a new generation, billed again).
@@ -53,6 +58,7 @@ from types import ModuleType
 from typing import Any, ClassVar, Final, Protocol
 
 import httpx
+import jsonschema  # type: ignore[import-untyped]  # no stubs in the pinned stack
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import (
@@ -240,13 +246,50 @@ def hold_calls(calls: dict[int, dict[str, str]], deltas: list[dict[str, Any]]) -
         held["arguments"] += function.get("arguments") or ""
 
 
-def checked_calls(calls: dict[int, dict[str, str]]) -> list[tuple[int, dict[str, str]]]:
-    """The held calls in index order, once every one's arguments parse (else ``Failure``)."""
-    for index, call in calls.items():
+def offered_schemas(body: dict[str, Any]) -> dict[str, Any]:
+    """The ``parameters`` schema of each function tool the request offers, by name."""
+    schemas: dict[str, Any] = {}
+    for tool in body.get("tools") or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            schemas[function["name"]] = function.get("parameters") or {}
+    return schemas
+
+
+def checked_calls(
+    calls: dict[int, dict[str, str]], finish: str | None, schemas: dict[str, Any]
+) -> list[tuple[int, dict[str, str]]]:
+    """The held calls in index order, once every one is validated (else ``Failure``).
+
+    Valid means: the answer ended with ``finish`` ``tool_calls``, each call names a tool in
+    ``schemas`` (:func:`offered_schemas`), and its arguments parse as JSON and satisfy that
+    tool's schema. A call cut short by ``max_tokens`` can parse and still not be what the model
+    meant, so the finish reason is checked before the arguments."""
+    if not calls:
+        return []
+    if finish != "tool_calls":
+        message = (
+            f"the answer ended with finish_reason {finish!r}, not 'tool_calls': its tool calls "
+            "may be unfinished"
+        )
+        raise Failure("invalid_tool_call", message)
+    for index, call in sorted(calls.items()):
+        name = call["name"]
+        if name not in schemas:
+            message = f"tool call {index} names {name!r}, a tool the request did not offer"
+            raise Failure("invalid_tool_call", message)
         try:
-            json.loads(call["arguments"])
+            arguments = json.loads(call["arguments"])
         except ValueError:
-            message = f"tool call {index} has arguments that are not JSON"
+            message = f"tool call {index} ({name}) has arguments that are not JSON"
+            raise Failure("invalid_tool_call", message) from None
+        try:
+            jsonschema.validate(arguments, schemas[name])
+        except jsonschema.ValidationError as problem:
+            message = f"tool call {index} ({name}) does not fit its schema: {problem.message}"
+            raise Failure("invalid_tool_call", message) from None
+        except jsonschema.SchemaError as problem:
+            message = f"tool {name!r} offers a schema that is not valid: {problem.message}"
             raise Failure("invalid_tool_call", message) from None
     return sorted(calls.items())
 
@@ -314,7 +357,7 @@ def make_stream_gateway(
                 yield released(answer, fragment)
             if buffer.rejected:
                 raise Failure("rejected", "a sentence failed validation")
-            for index, call in checked_calls(answer.calls):
+            for index, call in checked_calls(answer.calls, finish, offered_schemas(body)):
                 yield answer.event("gateway.tool_call", index=index, **call)
             outcome = "completed"
             yield answer.event(

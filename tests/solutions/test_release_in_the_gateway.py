@@ -16,10 +16,13 @@ from labkit import Capture, MockUpstream, capture_stream, serve
 from labkit.servers import ServerHandle
 from labkit.stream_gateway import (
     ANSWERS_PATH,
+    Failure,
     Immediate,
     ReleasePolicy,
     RestartPolicy,
+    checked_calls,
     make_stream_gateway,
+    offered_schemas,
 )
 from labkit.wire import says_something
 from solutions import proxy as parts
@@ -181,6 +184,52 @@ def test_tool_calls_are_held_whole_and_sent_once_they_parse(
     assert set(json.loads(calls[0]["arguments"])) == {"line", "days"}
     assert kinds(capture)[-2:] == ["gateway.tool_call", "gateway.completed"]
     assert released(capture) == []
+
+
+def test_a_tool_call_cut_off_by_max_tokens_is_never_sent(by_sentence: ServerHandle) -> None:
+    tool = {"type": "function", "function": {"name": "line_test", "parameters": LINE_TEST}}
+    body = {**chat(6), "tools": [tool], "max_tokens": 4}
+    capture = capture_stream(by_sentence.url + ANSWERS_PATH, json=body)
+    assert data(capture, "gateway.tool_call") == []
+    end = data(capture, "gateway.interrupted")[0]
+    assert end["reason"] == "invalid_tool_call" and "'length'" in end["message"]
+
+
+LINE_TEST = {
+    "type": "object",
+    "properties": {"line": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["line", "days"],
+}
+VALID_CALL = {"id": "call_1", "name": "line_test", "arguments": '{"line": "A1", "days": 3}'}
+
+
+@pytest.mark.parametrize(
+    ("call", "finish", "problem"),
+    [
+        (VALID_CALL, "length", "finish_reason 'length', not 'tool_calls'"),
+        (VALID_CALL, "stop", "finish_reason 'stop', not 'tool_calls'"),
+        ({**VALID_CALL, "name": "reboot"}, "tool_calls", "'reboot', a tool the request did not"),
+        ({**VALID_CALL, "arguments": '{"line": "A1", "da'}, "tool_calls", "not JSON"),
+        ({**VALID_CALL, "arguments": '{"line": "A1"}'}, "tool_calls", "'days' is a required"),
+        ({**VALID_CALL, "arguments": '{"line": "A1", "days": "3"}'}, "tool_calls", "'3' is not"),
+    ],
+)
+def test_a_held_tool_call_is_sent_only_once_validated(
+    call: dict[str, str], finish: str, problem: str
+) -> None:
+    schemas = offered_schemas(
+        {
+            "tools": [
+                {"type": "function", "function": {"name": "line_test", "parameters": LINE_TEST}}
+            ]
+        }
+    )
+    assert checked_calls({0: VALID_CALL}, "tool_calls", schemas) == [(0, VALID_CALL)]
+    assert checked_calls({}, "stop", schemas) == []  # a text answer has nothing to check
+    with pytest.raises(Failure) as failed:
+        checked_calls({0: VALID_CALL, 1: call}, finish, schemas)
+    assert failed.value.reason == "invalid_tool_call"
+    assert problem in failed.value.message
 
 
 def test_the_gateway_restarts_only_while_nothing_was_shown(
