@@ -37,6 +37,7 @@ from mock_upstream.errors import Flavour, bad_request, in_stream_error
 from mock_upstream.events import (
     Delta,
     Dropped,
+    Ended,
     Event,
     Failed,
     Finished,
@@ -233,7 +234,7 @@ class MessagesWire:
             return frame(in_stream_error("anthropic", event.usage.completion_tokens), "error")
         if isinstance(event, Malformed):
             return 'event: content_block_delta\ndata: {"type":"content_block_delta","ind\n\n'
-        assert isinstance(event, Dropped)
+        assert isinstance(event, Dropped | Ended)
         return ""
 
     def body(self, outcome: Outcome) -> dict[str, Any]:

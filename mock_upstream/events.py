@@ -78,7 +78,23 @@ class Dropped:
     """Close the connection with no terminal event: terminal."""
 
 
+@dataclass(frozen=True)
+class Ended:
+    """End the body cleanly (a whole HTTP response, the connection left sound) with no terminal
+    event: terminal. A client sees a stream that simply stops, as from a server that crashed
+    between two writes behind a proxy that closed the response properly."""
+
+
 Event = (
-    Opened | PartStarted | Delta | PartStopped | Finished | Failed | Malformed | Comment | Dropped
+    Opened
+    | PartStarted
+    | Delta
+    | PartStopped
+    | Finished
+    | Failed
+    | Malformed
+    | Comment
+    | Dropped
+    | Ended
 )
-TERMINAL = (Finished, Failed, Dropped)
+TERMINAL = (Finished, Failed, Dropped, Ended)

@@ -8,8 +8,8 @@ response.
 
 Unary answers wait as long as the stream would, in the route function, where Starlette does
 not watch for a disconnect: a client that leaves a unary request early is not noticed, and
-the record ends ``completed``. In unary mode ``error_after`` and ``drop_after`` both answer
-a provider-shaped 500 once their tokens are "generated"; ``malformed_after`` is ignored.
+the record ends ``completed``. In unary mode ``error_after``, ``drop_after`` and ``end_after``
+answer a provider-shaped 500 once their tokens are "generated"; ``malformed_after`` is ignored.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from mock_upstream.errors import Flavour, bad_request, in_stream_error
 from mock_upstream.events import (
     Delta,
     Dropped,
+    Ended,
     Event,
     Failed,
     Finished,
@@ -191,7 +192,7 @@ class ChatWire:
             return error + frame("[DONE]") if self.done_after_error else error
         if isinstance(event, Malformed):
             return f'data: {{"id":"{self.id}","object":"chat.completion.chunk","choices":[{{"de\n\n'
-        assert isinstance(event, PartStarted | PartStopped | Dropped)
+        assert isinstance(event, PartStarted | PartStopped | Dropped | Ended)
         return ""
 
     def body(self, outcome: Outcome) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from mock_upstream.errors import Flavour, bad_request
 from mock_upstream.events import (
     Delta,
     Dropped,
+    Ended,
     Event,
     Failed,
     Finished,
@@ -350,7 +351,7 @@ class ResponsesWire:
             return frames + self._event("response.failed", response=response)
         if isinstance(event, Malformed):
             return 'event: response.output_text.delta\ndata: {"type":"response.output_te\n\n'
-        assert isinstance(event, Dropped)
+        assert isinstance(event, Dropped | Ended)
         return ""
 
     def body(self, outcome: Outcome) -> dict[str, Any]:

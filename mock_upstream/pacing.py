@@ -15,7 +15,8 @@ OpenRouter's ``: OPENROUTER PROCESSING``). Which of a comment and a token comes 
 decided from their due times, never from the clock, so the order is the same on any machine.
 
 Faults are small strategy objects (:class:`Stall`, :class:`Malformation`,
-:class:`InStreamError`, :class:`ConnectionDrop`, :class:`Refusal`), each firing once when
+:class:`InStreamError`, :class:`ConnectionDrop`, :class:`CleanEnd`, :class:`Refusal`), each
+firing once when
 exactly ``at`` tokens have been sent. :func:`faults_for` builds them from a scenario. An error
 or a drop at position 0 fires before the answer opens: ``error_after=0`` makes the error the
 first event of the 200 (as vLLM sends a failure before its first token), nothing before it.
@@ -33,6 +34,7 @@ from mock_upstream.events import (
     Comment,
     Delta,
     Dropped,
+    Ended,
     Event,
     Failed,
     Finished,
@@ -160,6 +162,16 @@ class ConnectionDrop:
         return Dropped()
 
 
+@dataclass(frozen=True)
+class CleanEnd:
+    at: int
+    order: ClassVar[int] = 5
+    before_opening: ClassVar[bool] = True
+
+    async def fire(self, clock: Clock, progress: Progress) -> Event | None:
+        return Ended()
+
+
 def faults_for(scenario: Scenario) -> list[Fault]:
     """The scenario's faults in firing order."""
     faults: list[Fault] = []
@@ -173,6 +185,8 @@ def faults_for(scenario: Scenario) -> list[Fault]:
         faults.append(InStreamError(scenario.error_after))
     if scenario.drop_after is not None:
         faults.append(ConnectionDrop(scenario.drop_after))
+    if scenario.end_after is not None:
+        faults.append(CleanEnd(scenario.end_after))
     return sorted(faults, key=lambda f: (f.at, f.order))
 
 

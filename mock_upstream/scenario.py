@@ -53,6 +53,10 @@ class Scenario:
     Every ``*_after`` value counts completion tokens: ``error_after=5`` sends five tokens,
     then the provider's in-stream error; ``error_after=0`` makes that error the first event
     of the 200. A fault whose position is past the end of the completion never fires.
+    ``drop_after`` breaks the connection with no terminal event (the chunked body never gets its
+    last chunk); ``end_after`` ends the body cleanly with no terminal event (no ``[DONE]``,
+    ``response.completed`` or ``message_stop``, yet a whole HTTP response), which a client
+    cannot tell from a short answer unless it requires the terminal event.
 
     The wire variants change how the same answer is framed, as some real servers frame it:
     ``comment_every_ms`` (SSE comments while it runs), ``usage_with_choices`` (usage on the
@@ -80,6 +84,7 @@ class Scenario:
     tokens: int = DEFAULT_TOKENS
     error_after: int | None = None
     drop_after: int | None = None
+    end_after: int | None = None
     stall_after: int | None = None
     stall_s: float = DEFAULT_STALL_S
     status: int | None = None
@@ -190,6 +195,7 @@ _CONVERTERS: Final[dict[str, Callable[[object], Any]]] = {
     "tokens": _int(1),
     "error_after": _int(0),
     "drop_after": _int(0),
+    "end_after": _int(0),
     "stall_after": _int(0),
     "stall_s": _float(0.0, strict=False),
     "status": _status,

@@ -18,7 +18,9 @@ the generator) or before the body ever ran; it does the same.
 ``drop_after`` ends generation with a drop marker (the record ``errored``), and the body raises
 :class:`ConnectionDropped` once the frames before it were handed over: uvicorn then closes the
 socket mid-body (the chunked body never gets its final chunk), which is what a client sees when
-an upstream dies. uvicorn logs any such exception as an error; :class:`QuietDropFilter` keeps
+an upstream dies. ``end_after`` ends generation too, but the body simply returns: the response
+is whole (its last chunk sent, the connection sound) and holds no terminal event, the record
+``errored``. uvicorn logs any such exception as an error; :class:`QuietDropFilter` keeps
 that intended drop out of the log, installed only while a mock app is served (its lifespan,
 :func:`quiet_while_serving`).
 """
@@ -41,6 +43,7 @@ from mock_upstream.events import (
     Comment,
     Delta,
     Dropped,
+    Ended,
     Event,
     Failed,
     Finished,
@@ -151,6 +154,9 @@ async def generate(
                     recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
                     yield DROP
                     return
+                if isinstance(event, Ended):  # the body just ends: no terminal event, no break
+                    recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
+                    return
                 if isinstance(event, Comment):
                     yield COMMENT_FRAME
                     continue
@@ -217,7 +223,7 @@ async def collect(
                 texts[event.index].append(event.text)
             elif isinstance(event, Finished):
                 outcome.finish, outcome.usage = event.reason, event.usage
-            elif isinstance(event, Failed | Dropped):
+            elif isinstance(event, Failed | Dropped | Ended):
                 outcome.failed = True
             elif isinstance(event, Malformed):
                 continue

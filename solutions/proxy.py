@@ -52,6 +52,10 @@ CHAT_PATH = "/v1/chat/completions"
 HEARTBEAT_S = float(os.environ.get("HEARTBEAT_S", "2"))
 # Give up on an upstream that has sent nothing for this long (it is httpx's read timeout).
 UPSTREAM_IDLE_S = float(os.environ.get("UPSTREAM_IDLE_S", "60"))
+# Upstream connections the shared client may hold at once. Every open stream holds one for its
+# whole life, so this is the most streams the proxy carries at once: httpx's default of 100
+# would make the 101st stream wait in the pool for one to end (docs/connection-pool.md).
+UPSTREAM_CONNECTIONS = int(os.environ.get("UPSTREAM_CONNECTIONS", "1000"))
 # Events held between the upstream reader and a slow client before the reader waits.
 QUEUE_EVENTS = 64
 # Give up on a client that has taken nothing for this long while the queue was full: its
@@ -204,9 +208,13 @@ class StreamingResponse(StarletteStreamingResponse):
 
 def make_client(upstream_url: str) -> httpx.AsyncClient:
     """The one client every request shares: an async one, on ``upstream_url``, with the
-    timeouts of ``upstream_timeout()``."""
+    timeouts of ``upstream_timeout()``, and a pool of ``UPSTREAM_CONNECTIONS`` connections, all
+    of them kept open between requests (every open stream holds one)."""
     ### BEGIN SOLUTION
-    return httpx.AsyncClient(base_url=upstream_url, timeout=upstream_timeout())
+    limits = httpx.Limits(
+        max_connections=UPSTREAM_CONNECTIONS, max_keepalive_connections=UPSTREAM_CONNECTIONS
+    )
+    return httpx.AsyncClient(base_url=upstream_url, timeout=upstream_timeout(), limits=limits)
     ### END SOLUTION
 
 

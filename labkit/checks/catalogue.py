@@ -125,7 +125,7 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "midstream_error",
         midstream_error.check_midstream_error,
-        8.0,
+        10.0,  # a stream that hangs is given up after LIMIT_S (5 s), beside three others
         "a failure after the first token becomes an in-stream error event",
         midstream_error.STEP,
         mock_only=FAULTS + " (an error after the first token)",

@@ -1,22 +1,38 @@
 """``concurrency``: many streams at once all get through, and the event loop is never blocked.
 
 Experiment: first a few calibration probes (``GET /v1/models``, one after another) on the idle
-proxy, to see how fast this machine answers at all. Then 50 streams start together, each with a
-3 s first token (TTFT_S) and then 20 tokens at 20 tokens/s (1 s), while the probe asks again
-every 0.1 s and times each answer. Any answer counts (a 404 too): a probe only measures
-whether the proxy's event loop is free to answer at all.
+proxy, to see how fast this machine answers at all. Then STREAMS (120) streams start,
+each with a 3 s first token (TTFT_S) and then 20 tokens at 20 tokens/s (1 s), while the probe
+asks again every 0.1 s and times each answer. The streams start evenly over one second
+(ARRIVE_OVER_S), so they are all open at once from then on, and the proxy is not asked to
+accept all STREAMS connections in the same instant. Any answer counts (a 404 too): a probe only
+measures whether the proxy's event loop is free to answer at all.
 
-An async proxy runs the streams side by side and answers every probe in milliseconds; only
-while the 50 requests arrive together is it busy, for a fraction of a second (a few hundred
-ms at half a CPU). A proxy that blocks its event loop while it waits on the upstream (a sync
-HTTP client, ``time.sleep``, blocking I/O) cannot answer anything during that wait: a probe
-sent while it waits for a first token waits for it too, close to TTFT_S. The threshold is
-relative to that wait, not to the machine's speed: a probe slower than half of TTFT_S
-(MAX_PROBE_S) means the loop was blocked. Correct and broken land about ten times apart, and
-a slow machine moves only the correct proxy's few hundred ms.
+Two ways a proxy makes streams wait, and what tells each apart:
+
+- **Its upstream pool is smaller than the streams it carries.** Every open stream holds one
+  upstream connection for its whole life, and httpx's default pool (like aiohttp's) has 100: the
+  101st stream waits in the pool until a stream ends and gives its connection back. The mock's
+  records show it without any clock: a stream that reached the upstream only after another
+  stream of the burst had ended there waited for a connection (``reached_upstream_together``
+  counts those that did not). Through a big enough pool all STREAMS reach it together, within
+  a second or two on a slow machine, while the first stream ends 4 s after it arrived; through a
+  100-connection pool 20 of them arrive only after the first hundred end. The waiting streams
+  still complete, late (a pool timeout longer than a stream lets them), so counting completed
+  streams would not show it.
+- **Its event loop blocks.** An async proxy runs the streams side by side and answers every
+  probe in milliseconds; only while the requests arrive together is it busy, for a fraction of
+  a second (a few hundred ms at half a CPU). A proxy that blocks its event loop while it waits
+  on the upstream (a sync HTTP client, ``time.sleep``, blocking I/O) cannot answer anything
+  during that wait: a probe sent while it waits for a first token waits for it too, close to
+  TTFT_S. The threshold is relative to that wait, not to the machine's speed: a probe slower
+  than half of TTFT_S (MAX_PROBE_S) means the loop was blocked. Correct and broken land about
+  ten times apart, and a slow machine moves only the correct proxy's few hundred ms. A blocked
+  loop also lets few streams reach the upstream together; its verdict names the block.
 
 Pass: every stream ends with ``data: [DONE]`` within DEADLINE_S (four times what the streams
-need) and no probe took longer than MAX_PROBE_S. Inconclusive (never a fail) when the machine
+need), every one reached the upstream before any of them had ended there, and no probe took
+longer than MAX_PROBE_S. Inconclusive (never a fail) when the machine
 is too slow to tell: an idle probe already took more than a quarter of MAX_PROBE_S, or a probe
 was slow while the median probe stayed fast (PAUSE_MEDIAN_S). That one pause of 1.1-1.5 s was
 seen for correct proxies at half a CPU (3 of about 40 gradings, median probe 2-3 ms), when the
@@ -39,23 +55,24 @@ import asyncio
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
 
 from labkit.capture import Capture, acapture_stream
-from labkit.checks.context import CheckContext, Outcome, chat_body, ms
+from labkit.checks.context import CheckContext, Outcome, Record, chat_body, ms
 from labkit.checks.engine_requests import engine_body, measure_prompt_rate
 from labkit.checks.result import CheckResult
 
 ID = "concurrency"
 STEP = "02_forwarding_proxy"
-STREAMS = 50
-FIRST_SEED = 4900
+STREAMS = 120  # more than the 100 connections of httpx's and aiohttp's default pools
+FIRST_SEED = 6000  # to 6119: a range no other check tags its requests with
 TTFT_S = 3.0
 SCENARIO = {"ttft_ms": round(TTFT_S * 1000), "tps": 20, "tokens": 20}
-DEADLINE_S = 16.0  # the streams need 4 s
+ARRIVE_OVER_S = 1.0  # the streams start evenly over this time, as users arrive
+DEADLINE_S = 16.0  # the streams need 5 s
 PROBE_EVERY_S = 0.1
 MAX_PROBE_S = TTFT_S / 2  # a blocked loop waits for the first token, close to TTFT_S
 CALIBRATION_PROBES = 5
@@ -71,6 +88,16 @@ PEAK_EVERY_S = 0.25
 
 result = Outcome(ID, STEP)
 
+BLOCKING_ADVICE = (
+    "use httpx.AsyncClient (never httpx.Client or requests) and await every wait inside "
+    "async code; no time.sleep or blocking I/O on the event loop."
+)
+POOL_ADVICE = (
+    "every open stream holds one upstream connection for its whole life: give make_client "
+    "limits=httpx.Limits(max_connections=..., max_keepalive_connections=...) sized for the "
+    "streams one proxy process carries (httpx's default pool has 100 connections)."
+)
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -81,9 +108,15 @@ class Measured:
     idle_probes: list[float]
     probes: list[float]
     elapsed: float
+    #: Streams that reached the upstream before any stream of the burst had ended there (None:
+    #: an upstream that keeps no records, a real engine).
+    reached_together: int | None = None
 
 
-async def _one(ctx: CheckContext, body: dict[str, Any], deadline_s: float) -> Capture | None:
+async def _one(
+    ctx: CheckContext, body: dict[str, Any], deadline_s: float, after_s: float = 0.0
+) -> Capture | None:
+    await asyncio.sleep(after_s)
     try:
         return await acapture_stream(ctx.chat_url, json=body, timeout=deadline_s)
     except Exception:  # no response at all: counted as a stream that did not get through
@@ -109,11 +142,25 @@ async def _probe(ctx: CheckContext, stop: asyncio.Event, client: httpx.AsyncClie
     return latencies
 
 
+def reached_together(records: list[Record], seeds: range) -> int:
+    """How many of the burst's requests (tagged with ``seeds``) reached the upstream before any
+    of them had ended there: those after it waited for another stream to give its connection
+    back. A request that never reached the upstream is not counted."""
+    burst = [r for r in records if r.get("scenario", {}).get("seed") in seeds]
+    ends = [r["ended_at"] for r in burst if r.get("ended_at") is not None]
+    first_end = min(ends, default=float("inf"))
+    return sum(r["started_at"] < first_end for r in burst)
+
+
 async def _measure(
-    ctx: CheckContext, streams: int, body: Callable[[int], dict[str, Any]], deadline_s: float
+    ctx: CheckContext,
+    streams: int,
+    body: Callable[[int], dict[str, Any]],
+    deadline_s: float,
+    arrive_over_s: float = 0.0,
 ) -> Measured:
-    """Probe the idle proxy, then start ``streams`` streams together and probe until they end
-    (or ``deadline_s``)."""
+    """Probe the idle proxy, then start ``streams`` streams, evenly over ``arrive_over_s``, and
+    probe until they end (or ``deadline_s``)."""
     started = time.monotonic()
     async with httpx.AsyncClient(timeout=deadline_s) as client:
         idle = [
@@ -122,7 +169,10 @@ async def _measure(
         ]
         stop = asyncio.Event()
         prober = asyncio.create_task(_probe(ctx, stop, client))
-        tasks = [asyncio.create_task(_one(ctx, body(i), deadline_s)) for i in range(streams)]
+        tasks = [
+            asyncio.create_task(_one(ctx, body(i), deadline_s, i * arrive_over_s / streams))
+            for i in range(streams)
+        ]
         done, pending = await asyncio.wait(tasks, timeout=deadline_s)
         stop.set()
         for task in pending:
@@ -135,9 +185,11 @@ async def _measure(
 
 async def check_concurrency(ctx: CheckContext) -> CheckResult:
     measured = await _measure(
-        ctx, STREAMS, lambda i: chat_body(FIRST_SEED + i, SCENARIO), DEADLINE_S
+        ctx, STREAMS, lambda i: chat_body(FIRST_SEED + i, SCENARIO), DEADLINE_S, ARRIVE_OVER_S
     )
-    return _judge(measured, MAX_PROBE_S)
+    seeds = range(FIRST_SEED, FIRST_SEED + STREAMS)
+    together = reached_together(await ctx.records(), seeds)
+    return _judge(replace(measured, reached_together=together), MAX_PROBE_S)
 
 
 async def check_concurrency_on_engine(ctx: CheckContext) -> CheckResult:
@@ -178,11 +230,18 @@ def _judge(
         "probe_median_ms": ms(median_probe) if latencies else None,
         "probe_max_ms": ms(slowest_probe),
         "probe_limit_ms": ms(probe_limit_s),
+        **(
+            {}
+            if measured.reached_together is None
+            else {"reached_upstream_together": measured.reached_together}
+        ),
         **(extra or {}),
         "elapsed_ms": ms(measured.elapsed),
     }
     all_through = len(measured.completed) == measured.streams
-    if all_through and slowest_probe <= probe_limit_s:
+    blocked = slowest_probe > probe_limit_s
+    waited = measured.reached_together is not None and measured.reached_together < measured.streams
+    if all_through and not blocked and not waited:
         return result.passed("many concurrent streams all get through side by side", evidence)
     if idle_probe > idle_limit:
         return result.inconclusive(
@@ -191,20 +250,27 @@ def _judge(
             f"ms), so a {ms(slowest_probe)} ms probe under load says nothing about blocking",
             evidence,
         )
-    if all_through and median_probe <= PAUSE_MEDIAN_S:
+    paused = blocked and all_through and median_probe <= PAUSE_MEDIAN_S
+    if blocked and not paused:
+        return result.failed(
+            "the proxy stops answering while it waits on the upstream: its event loop blocks",
+            evidence,
+            BLOCKING_ADVICE,
+        )
+    if waited:
+        return result.failed(
+            "some streams waited for a free upstream connection: the proxy's pool holds fewer "
+            "connections than the streams it carries",
+            evidence,
+            POOL_ADVICE,
+        )
+    if paused:
         return result.inconclusive(
             "inconclusive: the machine paused while the proxy was being timed",
             f"the slowest of {len(latencies)} probes took {ms(slowest_probe)} ms but the median "
             f"{ms(median_probe)} ms: a blocked event loop keeps every probe waiting, not one",
             evidence,
         )
-    if slowest_probe > probe_limit_s:
-        verdict = "the proxy stops answering while it waits on the upstream: its event loop blocks"
-    else:
-        verdict = "some of many concurrent streams did not get through in time"
     return result.failed(
-        verdict,
-        evidence,
-        "use httpx.AsyncClient (never httpx.Client or requests) and await every wait inside "
-        "async code; no time.sleep or blocking I/O on the event loop.",
+        "some of many concurrent streams did not get through in time", evidence, BLOCKING_ADVICE
     )

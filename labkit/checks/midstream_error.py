@@ -1,32 +1,40 @@
 """``midstream_error``: an upstream failure after the first token reaches the client as an
 in-stream error event that the OpenAI SDK raises, and then the stream ends.
 
-Experiment, three streams at once, each failing after six tokens:
+Experiment, four streams at once, each failing after six tokens:
 
 - the real ``openai`` SDK against an upstream that sends its in-stream error event;
 - the SDK against an upstream that drops the connection (no terminal event at all);
-- a raw capture of the second case, to see that the proxy then ends the stream.
+- the SDK against an upstream that ends its body cleanly without ``data: [DONE]`` (a whole
+  HTTP response, the connection sound, the terminal event missing: the mock's ``end_after``).
+  The SDK itself takes that for a short, finished answer; only the proxy, which knows the
+  stream must end with ``[DONE]``, can tell the client it failed;
+- a raw capture of the dropped case, to see that the proxy then ends the stream, and that its
+  last frame is whole (ends with a blank line: a frame cut short is dropped by every SSE
+  client, so an error event without its blank line is never seen).
 
-Pass: both SDK streams yield some text and then raise ``openai.APIError`` itself, not a
+Pass: all three SDK streams yield some text and then raise ``openai.APIError`` itself, not a
 connection error (``APIConnectionError``: the proxy let the failure kill the connection) or a
-status error; neither gets stuck; and the raw stream ends right after an error event. The
+status error; none gets stuck; and the raw stream ends right after a whole error event. The
 bound is generous (5 s for a failure the proxy sees within milliseconds).
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body
 from labkit.checks.result import CheckResult
-from labkit.checks.sdk_stream import read_with_sdk
+from labkit.checks.sdk_stream import SdkStream, read_with_sdk
 
 ID = "midstream_error"
 STEP = "06_midstream_errors"
-FRAME_SEED, DROP_SEED, RAW_SEED = 4501, 4502, 4503
+FRAME_SEED, DROP_SEED, RAW_SEED, END_SEED = 4501, 4502, 4503, 4504
 FRAME = {"ttft_ms": 100, "tps": 50, "tokens": 40, "error_after": 6}
 DROP = {"ttft_ms": 100, "tps": 50, "tokens": 40, "drop_after": 6}
+END = {"ttft_ms": 100, "tps": 50, "tokens": 40, "end_after": 6}
 LIMIT_S = 5.0
 
 result = Outcome(ID, STEP)
@@ -36,40 +44,88 @@ ADVICE = (
     'ends without data: [DONE]), yield data: {"error": {"message": ..., "type": ...}} '
     "and return; forward the upstream's own error event and stop."
 )
+UNFINISHED_ADVICE = (
+    "when the upstream's lines run out before data: [DONE], the stream failed: read_events "
+    "must put an UpstreamFailed on the queue after its loop, so that the body sends an error "
+    "event and ends."
+)
+FRAME_ADVICE = (
+    "an SSE event ends at a blank line: error_event must return data: {...} followed by two "
+    "newlines, or every client drops the event."
+)
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
+def unfinished_frame(body: bytes) -> bool:
+    """Whether the body ends inside a frame: something after its last blank line, which an SSE
+    client discards at the end of the stream as an event that never ended."""
+    return bool(_EVENT_END.split(body)[-1].strip())
+
+
+def _verdict(frame: SdkStream, drop: SdkStream, end: SdkStream) -> tuple[str, str]:
+    """The verdict and advice for a failed run: the first of the three cases that went wrong."""
+    endings = {frame.ending, drop.ending, end.ending}
+    if end.ending != "error_event" and endings - {end.ending} == {"error_event"}:
+        if end.ending == "hung":
+            return (
+                "the stream hung when the upstream's body ended without data: [DONE]",
+                UNFINISHED_ADVICE,
+            )
+        if end.ending == "finished":
+            return (
+                "an upstream body that ended without data: [DONE] reached the client as a "
+                "finished answer: the failure was hidden",
+                UNFINISHED_ADVICE,
+            )
+    if "hung" in endings:
+        return "the stream hung after the upstream failed", ADVICE
+    if "connection" in endings:
+        return "the connection broke instead of carrying an error event", ADVICE
+    if "status" in endings:
+        return (
+            "the proxy answered with an error status instead of streaming the text it had",
+            ADVICE,
+        )
+    if "finished" in endings:
+        return "the stream ended as if it had succeeded: the failure was hidden", ADVICE
+    if not (frame.text_chars and drop.text_chars and end.text_chars):
+        return "the error arrived but the text before it was lost", ADVICE
+    return "the stream stayed open after the error event", ADVICE
 
 
 async def check_midstream_error(ctx: CheckContext) -> CheckResult:
-    frame, drop, raw = await asyncio.gather(
+    frame, drop, end, raw = await asyncio.gather(
         read_with_sdk(ctx, FRAME, FRAME_SEED, LIMIT_S),
         read_with_sdk(ctx, DROP, DROP_SEED, LIMIT_S),
+        read_with_sdk(ctx, END, END_SEED, LIMIT_S),
         acapture_stream(ctx.chat_url, json=chat_body(RAW_SEED, DROP), timeout=LIMIT_S),
     )
     raw_ended = raw.terminal == "error" and raw.transport_error is None
+    cut_short = unfinished_frame(raw.body)
     evidence = {
         "error_event_sdk_ending": frame.ending,
         "error_event_text_chars": frame.text_chars,
         "dropped_sdk_ending": drop.ending,
         "dropped_text_chars": drop.text_chars,
+        "ended_sdk_ending": end.ending,
+        "ended_text_chars": end.text_chars,
         "dropped_raw_terminal": raw.terminal,
+        "dropped_raw_last_frame_whole": not cut_short,
         "dropped_raw_ended_ms": round(raw.total_time * 1000),
     }
-    endings = {frame.ending, drop.ending}
-    if endings == {"error_event"} and frame.text_chars and drop.text_chars and raw_ended:
+    streams = (frame, drop, end)
+    if cut_short and raw.transport_error is None:
+        return result.failed(
+            "the stream's last frame never ended: without a blank line after it, the error "
+            "event is dropped by every client",
+            evidence,
+            FRAME_ADVICE,
+        )
+    if all(s.ending == "error_event" and s.text_chars for s in streams) and raw_ended:
         return result.passed(
             "an upstream failure mid-stream reaches the client as an error event, then the "
             "stream ends",
             evidence,
         )
-    if "hung" in endings:
-        verdict = "the stream hung after the upstream failed"
-    elif "connection" in endings:
-        verdict = "the connection broke instead of carrying an error event"
-    elif "status" in endings:
-        verdict = "the proxy answered with an error status instead of streaming the text it had"
-    elif "finished" in endings:
-        verdict = "the stream ended as if it had succeeded: the failure was hidden"
-    elif not (frame.text_chars and drop.text_chars):
-        verdict = "the error arrived but the text before it was lost"
-    else:
-        verdict = "the stream stayed open after the error event"
-    return result.failed(verdict, evidence, ADVICE)
+    verdict, advice = _verdict(frame, drop, end)
+    return result.failed(verdict, evidence, advice)

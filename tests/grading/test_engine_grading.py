@@ -25,6 +25,8 @@ from tests.engine_support import require_engine_or_skip
 ENGINE_BLIND = {
     ("usage_only_without_choices", "usage"): "the engine puts its usage on a choices: [] chunk, "
     "never on one with choices, so taking it only from the former loses nothing there",
+    ("default_pool", "concurrency"): "the engine has 4 slots, so its concurrency experiment "
+    "runs 4 streams: a pool of 100 connections never fills there",
 }
 
 
