@@ -465,11 +465,12 @@ async def next_item(queue: asyncio.Queue[Item]) -> Item | None:
 
 
 def make_queue() -> asyncio.Queue[Item]:
-    """The queue between the reader task and the body. Bounded by ``QUEUE_EVENTS``: when the
-    client reads slowly, the reader waits, so a slow client cannot grow our memory. A ``put``
-    that has waited ``STALL_DEADLINE_S`` means the client took nothing for that long: give up
-    on it by cancelling the task that sends the body, which ends the response as if the client
-    had left (``relay`` stops the reader, which closes the upstream, and logs ``cancelled``)."""
+    """The queue between the reader task and the body (``relay`` makes it in the body's task).
+    Bounded: a slow client holds the reader back, so it cannot grow our memory. A client that
+    has taken nothing for ``STALL_DEADLINE_S`` while an event waited for it is given up on: the
+    upstream is closed, the client's connection ends, and the usage is logged once, as
+    ``cancelled``. A client that reads, however slowly, and an upstream that is silent are not
+    stalls."""
     ### BEGIN SOLUTION
     ### STAND-IN: return asyncio.Queue()
     queue: asyncio.Queue[Item] = asyncio.Queue(maxsize=QUEUE_EVENTS)
