@@ -15,8 +15,10 @@ PATCHES = [
         "def make_client(upstream_url: str) -> httpx.Client:\n",
     ),
     (
-        "    return httpx.AsyncClient(base_url=upstream_url, timeout=upstream_timeout())\n",
-        "    return httpx.Client(base_url=upstream_url, timeout=upstream_timeout())\n",
+        "    return httpx.AsyncClient(base_url=upstream_url, timeout=upstream_timeout(), "
+        "limits=limits)\n",
+        "    return httpx.Client(base_url=upstream_url, timeout=upstream_timeout(), "
+        "limits=limits)\n",
     ),
     (
         "    client: httpx.AsyncClient = request.app.state.client\n",

@@ -3,7 +3,8 @@
 FAILS = {"long_stream"}
 PATCHES = [
     (
-        "    return httpx.AsyncClient(base_url=upstream_url, timeout=upstream_timeout())\n",
-        "    return httpx.AsyncClient(base_url=upstream_url)\n",
+        "    return httpx.AsyncClient(base_url=upstream_url, timeout=upstream_timeout(), "
+        "limits=limits)\n",
+        "    return httpx.AsyncClient(base_url=upstream_url, limits=limits)\n",
     )
 ]
