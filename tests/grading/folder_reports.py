@@ -9,7 +9,7 @@ the spy's import-time code has run, against a poll every 20 ms.
 
 The folder lies inside the grading worker's home, which ``labkit.grading.roster`` makes with
 ``tempfile`` in the caller's temporary folder: ``folder_reports(base, monkeypatch)`` sets that
-to ``base`` for the test.
+to ``base`` for the test, in this process and (``TMPDIR``) in a ``labkit grade`` it starts.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def folder_reports(
     process that wrote one; complete once the block has ended."""
     base.mkdir(parents=True, exist_ok=True)
     monkeypatch.setattr(tempfile, "tempdir", str(base))
+    monkeypatch.setenv("TMPDIR", str(base))
     found: dict[Path, dict[str, object]] = {}
     stop = threading.Event()
 
