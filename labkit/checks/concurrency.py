@@ -2,7 +2,7 @@
 
 Experiment: first a few calibration probes (``GET /v1/models``, one after another) on the idle
 proxy, to see how fast this machine answers at all. Then STREAMS (120) streams start,
-each with a 3 s first token (TTFT_S) and then 20 tokens at 20 tokens/s (1 s), while the probe
+each with a 3 s first token (TTFT_S) and then 10 tokens at 10 tokens/s (1 s), while the probe
 asks again every 0.1 s and times each answer. The streams start evenly over one second
 (ARRIVE_OVER_S), so they are all open at once from then on, and the proxy is not asked to
 accept all STREAMS connections in the same instant. Any answer counts (a 404 too): a probe only
@@ -70,7 +70,7 @@ STEP = "02_forwarding_proxy"
 STREAMS = 120  # more than the 100 connections of httpx's and aiohttp's default pools
 FIRST_SEED = 6000  # to 6119: a range no other check tags its requests with
 TTFT_S = 3.0
-SCENARIO = {"ttft_ms": round(TTFT_S * 1000), "tps": 20, "tokens": 20}
+SCENARIO = {"ttft_ms": round(TTFT_S * 1000), "tps": 10, "tokens": 10}  # then 1 s of tokens
 ARRIVE_OVER_S = 1.0  # the streams start evenly over this time, as users arrive
 DEADLINE_S = 16.0  # the streams need 5 s
 PROBE_EVERY_S = 0.1
