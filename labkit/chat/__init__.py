@@ -6,7 +6,10 @@ module: plain JavaScript, no build step, nothing fetched from anywhere but its o
     app.mount("/chat", chat_page())      # then open http://127.0.0.1:PORT/chat/
 
 The page POSTs ``../v1/chat/completions`` (the proxy's route, relative so that it also works
-behind a path prefix such as JupyterHub's) with ``stream: true``, reads the body with ``fetch``
+behind a path prefix such as JupyterHub's) with ``stream: true`` and ``Accept:
+text/event-stream`` (exactly that: jupyter-server-proxy, through which a hub's browser reaches
+the kernel's servers, streams only for it; :mod:`labkit.chat.hub` has the rest of the page's life
+behind a hub), reads the body with ``fetch``
 and a ``ReadableStream`` reader, parses SSE as it arrives and shows one of the client states
 ``connecting``, ``generating``, ``completed``, ``interrupted`` or ``cancelled``. Its Stop button
 calls ``AbortController.abort()``. Elements carry ``data-testid`` attributes (``prompt``,

@@ -7,12 +7,11 @@ fetch, and the abort travels the whole chain: the mock's own record says ``cance
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from browser_support import REFERENCE_PROXY, serve_with_page
+from browser_support import REFERENCE_PROXY, record_of, serve_with_page
 from starlette.applications import Starlette
 from starlette.responses import StreamingResponse
 from starlette.routing import Mount, Route
@@ -33,17 +32,6 @@ def tab(browser: ChatBrowser, page_url: str) -> Iterator[ChatTab]:
     opened = browser.open(page_url)
     yield opened
     opened.close()
-
-
-def record_of(mock: MockUpstream, seed: int, settle_s: float = 3.0) -> dict[str, Any]:
-    """The mock's record of the request tagged ``seed``, once it is no longer running."""
-    deadline = time.monotonic() + settle_s
-    while True:
-        found = [r for r in mock.requests() if r["scenario"].get("seed") == seed]
-        if found and (found[-1]["state"] != "running" or time.monotonic() > deadline):
-            return found[-1]
-        assert time.monotonic() < deadline, f"the mock has no record with seed {seed}"
-        time.sleep(0.02)
 
 
 WATCH_COMPLETE = """() => {
@@ -181,6 +169,33 @@ def test_a_stream_that_just_ends_is_interrupted_not_complete(browser: ChatBrowse
         tab.close()
     assert (view.state, view.complete, view.answer) == ("interrupted", False, "Half an answer")
     assert "without its [DONE]" in view.error
+
+
+def _header_app(seen: list[str]) -> Starlette:
+    """A server that answers one token and [DONE], and keeps each request's Accept header."""
+
+    async def answer() -> Any:
+        yield 'data: {"choices": [{"index": 0, "delta": {"content": "ok"}}]}\n\n'
+        yield "data: [DONE]\n\n"
+
+    async def chat(request: Any) -> StreamingResponse:
+        seen.append(request.headers.get("accept", "(none)"))
+        return StreamingResponse(answer(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route(CHAT, chat, methods=["POST"]), Mount("/chat", chat_page())])
+
+
+def test_the_page_asks_for_exactly_text_event_stream(browser: ChatBrowser) -> None:
+    """jupyter-server-proxy streams only for this exact Accept value (and buffers for any other,
+    such as fetch's default */*): see test_chat_behind_jupyter_server_proxy.py."""
+    seen: list[str] = []
+    with serve(_header_app(seen), name="accept-header") as server:
+        tab = browser.open(server.url + "/chat/")
+        tab.send(PROMPT, {})
+        view = tab.wait_for_state()
+        tab.close()
+    assert seen == ["text/event-stream"]
+    assert (view.state, view.answer) == ("completed", "ok")
 
 
 # An SSE stream with what a parser must survive: CRLF and bare CR line ends, a comment, an
