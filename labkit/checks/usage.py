@@ -1,6 +1,6 @@
 """``usage``: the usage log holds the upstream's true counts, once per request, right outcome.
 
-Experiment: four streams at once, each tagged so its mock record can be found:
+Experiment: six streams at once (``REQUESTS``), each tagged so its mock record can be found:
 
 - ``asked``: completes; the client asked for ``include_usage`` and must get the usage chunk;
 - ``unasked``: completes; the client did not ask and must not get it (the proxy still needs the
