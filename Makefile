@@ -37,10 +37,14 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(UV) --no-deps -e .
 	@touch $@
 
-# Re-resolve both locks from pyproject.toml's ranges (after changing a dependency): the dev set
-# for `make`, and the runtime set, constrained to the same versions, that the learner bundle,
-# the Gradescope autograder and the Containerfile install. tests/test_environment.py checks
-# that they agree with pyproject.toml and with each other.
+# Re-resolve the three locks (after changing a dependency): the dev set for `make`; the runtime
+# set, constrained to the same versions, that the learner bundle and Binder install; and the
+# grader set (requirements/grader.in: no JupyterLab, kernel or aiohttp), within the same
+# versions, that the Gradescope autograder, GitHub Classroom, the Containerfile and the cluster
+# recipes install. pip-compile keeps a lock's existing pins unless a range excludes them.
+# tests/test_environment.py checks that they agree with pyproject.toml and with each other.
+GRADER_IN   := requirements/grader.in
+GRADER_LOCK := labkit/bundle_files/grader-requirements.txt
 PIP_COMPILE = .venv-lock/bin/pip-compile --quiet --strip-extras --no-emit-index-url --no-emit-find-links
 lock:
 	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
@@ -48,6 +52,7 @@ lock:
 	mkdir -p $(dir $(LOCK))
 	$(PIP_COMPILE) --extra dev --output-file $(LOCK) pyproject.toml
 	$(PIP_COMPILE) --constraint $(LOCK) --output-file $(RUNTIME_LOCK) pyproject.toml
+	$(PIP_COMPILE) --constraint $(LOCK) --output-file $(GRADER_LOCK) $(GRADER_IN)
 	rm -rf .venv-lock
 
 lab: $(STAMP)

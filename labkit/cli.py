@@ -10,7 +10,7 @@
     labkit doctor
     labkit engine build                      (the real engine, once, into a cache: minutes)
     labkit engine serve [--port N]           (it in the foreground, on 127.0.0.1)
-    labkit student [notebooks/] --out student/
+    labkit student [notebooks/] --out student/ [--rubric rubric.toml]
 
 Exit codes: 0 every check passed, 1 some check failed (or a submission could not be graded),
 2 a usage or setup error (bad arguments, missing file, bad rubric, the grader's own mock did not
@@ -30,6 +30,7 @@ from pathlib import Path
 
 from labkit.checks.catalogue import ALL_IDS, PROFILES, select
 from labkit.errors import LabkitError
+from labkit.grading import gradescope
 from labkit.grading.answers import (
     collect_roster,
     course_questions,
@@ -44,8 +45,7 @@ from labkit.grading.class_results import (
     write_results,
 )
 from labkit.grading.grader import agrade_url
-from labkit.grading.gradescope import message_results
-from labkit.grading.report import SubmissionReport, gradescope_results, render_table
+from labkit.grading.report import SubmissionReport, render_table
 from labkit.grading.roster import (
     GradingError,
     Submission,
@@ -174,11 +174,12 @@ def _run_grade(args: argparse.Namespace) -> int:
         if not path.is_file():
             message = f"There is no file {path}. Give the path of the proxy.py to grade."
             if args.gradescope is not None:  # Gradescope needs a results file whatever happens
-                _write_json(Path(args.gradescope), message_results(message, time.monotonic()))
+                results = gradescope.message_results(message, time.monotonic())
+                gradescope.write_results(Path(args.gradescope), results)
             raise UsageError(message)
         report = _grade_file(args, path, rubric)
-    if args.gradescope is not None:
-        _write_json(Path(args.gradescope), gradescope_results(report))
+    if args.gradescope is not None:  # what run_autograder writes for the same grade
+        gradescope.write_results(Path(args.gradescope), gradescope.results_for(report))
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -209,11 +210,6 @@ async def _grade_url(args: argparse.Namespace, rubric: Rubric) -> SubmissionRepo
     if not args.engine:  # --engine without a URL was refused in _run_grade
         return await agrade_url(args.url, args.upstream, rubric, only=args.only)
     return await agrade_url(args.url, args.engine, rubric, only=args.only, upstream="engine")
-
-
-def _write_json(target: Path, data: object) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def _similarity_threshold(args: argparse.Namespace) -> float:
@@ -446,11 +442,18 @@ def _run_autograder(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix != ".zip":
         raise UsageError(f"--out {out} should end in .zip: Gradescope takes a zip file.")
-    names = write_gradescope_zip(out, Rubric.load(args.rubric))
+    rubric = Rubric.load(args.rubric)
+    names = write_gradescope_zip(out, rubric)
     print(f"Wrote {out} ({len(names)} files: setup.sh, run_autograder, rubric.toml, grader/).")
     print(
-        "Upload it as the assignment's autograder (Configure Autograder > Zip file upload). "
-        "See the README's Gradescope section for the container size and timeout to choose."
+        "Upload it as the assignment's autograder (Configure Autograder > Zip file upload, "
+        "base image Ubuntu 22.04). See docs/grading-at-scale.md for the container size and "
+        "timeout to choose."
+    )
+    print(
+        f"Set the assignment's autograder points to {rubric.max_score:g} in Gradescope (the "
+        "rubric's max_score): each check's test is worth its share in whole cents, and they add "
+        f"up to {rubric.max_score:g}."
     )
     return 0
 
@@ -546,6 +549,12 @@ def _add_student(subcommands: argparse._SubParsersAction[argparse.ArgumentParser
         default="YOUR-ORG/YOUR-REPO",
         help="GitHub owner/name the bundle will be pushed to, for its Binder badge",
     )
+    student.add_argument(
+        "--rubric",
+        metavar="FILE",
+        help="TOML rubric the bundle's GitHub Classroom workflow grades with: its weights set "
+        "each step's whole points, which add up to its max_score (default: the defaults)",
+    )
     student.set_defaults(run=_run_student)
 
 
@@ -564,7 +573,8 @@ def _run_student(args: argparse.Namespace) -> int:
             "solutions. Pick a new folder, e.g. --out student."
         )
     solution = Path(args.solution) if args.solution else source.parent / "solutions" / "proxy.py"
-    bundle = make_bundle(source, solution, out, binder_repo=args.binder_repo)
+    rubric = Rubric.load(args.rubric)
+    bundle = make_bundle(source, solution, out, binder_repo=args.binder_repo, rubric=rubric)
     for copy in bundle.notebooks:
         print(f"{copy.target}  ({copy.regions} solution regions stubbed)")
     print(f"{bundle.proxy}  ({bundle.proxy_regions} solution regions stubbed)")

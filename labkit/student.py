@@ -9,7 +9,9 @@
     out/notebooks/         the learner notebooks: solution regions stubbed, outputs cleared
     out/labkit/, out/mock_upstream/   the helper packages (no solution in either)
     out/binder/            environment.yml and postBuild for repo2docker (mybinder.org)
-    out/.github/workflows/classroom.yml   GitHub Classroom autograding: one graded step per check
+    out/.github/workflows/classroom.yml   GitHub Classroom autograding: one graded step per check,
+                                          by a grader checked against digests of its files
+    out/.github/classroom/rubric.toml     the instructor's rubric that workflow grades with
 
 A region in ``proxy.py`` is stubbed with the name of the notebook whose ``%%proxy_part`` cell
 writes that function, so a stub tells the learner (and the grader's verdicts) where to go.
@@ -25,7 +27,8 @@ from pathlib import Path
 import nbformat
 
 from labkit.errors import LabkitError
-from labkit.grading.classroom import workflow
+from labkit.grading.classroom import RUBRIC_FILE, WORKFLOW_FILE, digests, step_points, workflow
+from labkit.grading.rubric import Rubric
 from labkit.packaging import RUNTIME_LOCK, copy_packages, locked_requirements, pyproject, render
 from labkit.proxy_file import PART_MAGIC, part_functions
 from labkit.regions import BEGIN, END, SolutionRegionError, regions, strip_solutions
@@ -163,10 +166,19 @@ def stub_proxy(solution: str, notebooks_dir: Path) -> tuple[str, int]:
 
 
 def make_bundle(
-    notebooks: Path, solution: Path, out: Path, *, binder_repo: str = BINDER_PLACEHOLDER
+    notebooks: Path,
+    solution: Path,
+    out: Path,
+    *,
+    binder_repo: str = BINDER_PLACEHOLDER,
+    rubric: Rubric | None = None,
 ) -> Bundle:
     """Write the learner bundle into ``out`` (see the module docstring). ``out`` must not exist
-    or be empty; nothing of ``solution`` but its given code reaches it."""
+    or be empty; nothing of ``solution`` but its given code reaches it. ``rubric`` (default:
+    the defaults) is what the bundle's Classroom workflow grades with; its digests are taken
+    of the files as written here, so the workflow is written last."""
+    rubric = rubric or Rubric()
+    step_points(rubric)  # a rubric Classroom cannot use stops here, before anything is written
     if out.exists() and any(out.iterdir()):
         raise LabkitError(
             f"{out} already exists and is not empty: the bundle is written into a new folder. "
@@ -197,11 +209,14 @@ def make_bundle(
         "binder/environment.yml": render("environment.yml", PIP_DEPENDENCIES=conda_pip),
         "binder/postBuild": render("postBuild"),
         ".gitignore": render("gitignore"),
-        ".github/workflows/classroom.yml": workflow(),
+        RUBRIC_FILE: rubric.to_toml(),
     }
     for name, text in files.items():
         target = out / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
     (out / "binder" / "postBuild").chmod(0o755)
+    classroom = out / WORKFLOW_FILE
+    classroom.parent.mkdir(parents=True, exist_ok=True)
+    classroom.write_text(workflow(rubric, digests(out)), encoding="utf-8")
     return Bundle(out, copies, proxy, proxy_regions)

@@ -1,14 +1,20 @@
-"""The locks, environment.yml (for conda users) and pyproject.toml (the ranges) agree.
+"""The locks, environment.yml (for conda users) and pyproject.toml (the ranges) agree, and the
+ranges are declared as the code imports them.
 
 ``requirements/dev.txt`` is what ``make`` installs; ``labkit/bundle_files/requirements.txt``
-(the runtime part) is what the learner bundle, the Gradescope autograder and the
-Containerfile install. Both come from ``make lock``.
+(the runtime part) is what the learner bundle and Binder install;
+``labkit/bundle_files/grader-requirements.txt`` (``requirements/grader.in``: the grader alone)
+is what the Gradescope autograder, GitHub Classroom, the Containerfile and the cluster recipes
+install. All three come from ``make lock``.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
+import json
 import re
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -63,6 +69,20 @@ def _lock(path: str) -> dict[str, Version]:
 
 DEV_LOCK = _lock("requirements/dev.txt")
 RUNTIME_LOCK = _lock("labkit/bundle_files/requirements.txt")
+GRADER_LOCK = _lock("labkit/bundle_files/grader-requirements.txt")
+# What the grader imports none of: the lab's application, its kernel, and aiohttp.
+NOT_FOR_THE_GRADER = (
+    "jupyterlab",
+    "jupyter-server",
+    "nbconvert",
+    "ipykernel",
+    "aiohttp",
+)
+
+
+def _grader_in() -> list[Requirement]:
+    lines = (ROOT / "requirements" / "grader.in").read_text().splitlines()
+    return [Requirement(line) for line in lines if line.strip() and not line.startswith("#")]
 
 
 @pytest.mark.parametrize("extra", ["runtime", "dev"])
@@ -118,3 +138,76 @@ def test_lesson_critical_libraries_are_pinned_with_upper_bounds() -> None:
         spec = next((d for d in deps if re.match(rf"{name}\b(?!-)", d)), None)
         assert spec is not None, f"{name} is missing from pyproject.toml"
         assert "<" in spec, f"{name} needs an upper bound, got {spec!r}"
+
+
+def test_the_grader_set_is_pyprojects_ranges_for_what_the_grader_imports() -> None:
+    declared = {canonicalize_name(Requirement(r).name): Requirement(r) for r in _runtime()}
+    for spec in _grader_in():
+        name = canonicalize_name(spec.name)
+        assert name in declared, f"{spec.name} is in requirements/grader.in, not pyproject.toml"
+        assert str(spec.specifier) == str(declared[name].specifier), (
+            f"{spec.name}: grader.in says {spec.specifier}, pyproject.toml {declared[name]}"
+        )
+        assert name in GRADER_LOCK, f"{spec.name} is not in the grader's lock: run make lock"
+
+
+def test_the_grader_lock_is_the_runtime_lock_without_the_lab() -> None:
+    for name, version in GRADER_LOCK.items():
+        assert RUNTIME_LOCK.get(name) == version, f"{name}: grader {version}, runtime lock differs"
+    for name in NOT_FOR_THE_GRADER:
+        assert name not in GRADER_LOCK, f"{name} is in the grader's lock"
+        assert name in DEV_LOCK  # the lab and its tests still have it
+    assert len(GRADER_LOCK) <= 0.6 * len(RUNTIME_LOCK), (len(GRADER_LOCK), len(RUNTIME_LOCK))
+
+
+def test_the_learner_runtime_has_the_browser_and_the_hub_proxy() -> None:
+    for lock in (RUNTIME_LOCK, DEV_LOCK):
+        assert "playwright" in lock
+        assert lock["jupyter-server-proxy"] == Version("4.6.0")
+
+
+def _runtime() -> list[str]:
+    return list(_pyproject()["project"]["dependencies"])
+
+
+def _imports(source: str) -> set[str]:
+    """The top-level names ``source`` imports (absolute imports; IPython magics skipped)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        kept = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+        tree = ast.parse("\n".join(kept))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _lab_imports() -> set[str]:
+    """Third-party names imported by labkit, mock_upstream and the notebooks."""
+    names: set[str] = set()
+    for path in [*(ROOT / "labkit").rglob("*.py"), *(ROOT / "mock_upstream").rglob("*.py")]:
+        names |= _imports(path.read_text())
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(notebook.read_text())["cells"]:
+            if cell["cell_type"] == "code":
+                names |= _imports("".join(cell["source"]))
+    ours = {"labkit", "mock_upstream", "solutions", "proxy", "__future__"}
+    return {n for n in names if n not in sys.stdlib_module_names and n not in ours}
+
+
+# Declared without being imported: the applications the lab runs in, not libraries it calls.
+APPLICATIONS = {"jupyterlab"}
+
+
+def test_dependencies_are_declared_exactly_as_imported() -> None:
+    distributions = importlib.metadata.packages_distributions()
+    imported = {
+        canonicalize_name(dist) for name in _lab_imports() for dist in distributions.get(name, [])
+    }
+    declared = {canonicalize_name(Requirement(r).name) for r in _runtime()}
+    assert imported - declared == set(), "imported but not declared in pyproject.toml"
+    assert declared - imported - APPLICATIONS == set(), "declared but imported nowhere"

@@ -4,12 +4,16 @@ Gradescope unpacks the zip into ``/autograder/source``, runs ``setup.sh`` there 
 the image, and then, for each submission, ``run_autograder`` (copied to ``/autograder``). The
 zip holds::
 
-    setup.sh          a Python >= 3.11, bubblewrap where allowed, the grader in /autograder/venv
+    setup.sh          uv from PyPI, a released CPython 3.11 that uv manages (never Ubuntu
+                      22.04's own python3.11, a release candidate), bubblewrap where allowed,
+                      and the grader in /autograder/venv
     run_autograder    python -m labkit.grading.gradescope; a results.json whatever happens
     rubric.toml       the instructor's weights and limits (the defaults when none is given)
+    requirements.txt  the grader's lock (``GRADER_LOCK``: no JupyterLab, kernel or aiohttp)
     grader/           pyproject.toml with the lab's pins, labkit/ and mock_upstream/
 
-No solution is in it: the grader needs none.
+No solution is in it: the grader needs none. Set the assignment's points in Gradescope to the
+rubric's ``max_score``: the tests add up to it exactly (``labkit.grading.gradescope``).
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ import zipfile
 from pathlib import Path
 
 from labkit.grading.rubric import Rubric
-from labkit.packaging import RUNTIME_LOCK, copy_packages, pyproject, render
+from labkit.packaging import TEMPLATES, copy_packages, pyproject, render
 
-__all__ = ["ENTRYPOINTS", "write_gradescope_zip"]
+__all__ = ["ENTRYPOINTS", "GRADER_LOCK", "write_gradescope_zip"]
+
+# `make lock` resolves it from requirements/grader.in within requirements/dev.txt's versions
+GRADER_LOCK = TEMPLATES / "grader-requirements.txt"
 
 ENTRYPOINTS = ("setup.sh", "run_autograder")
 EXECUTABLE = 0o755
@@ -43,7 +50,7 @@ def write_gradescope_zip(out: Path, rubric: Rubric | None = None) -> list[str]:
         "setup.sh": (render("gradescope_setup.sh").encode(), EXECUTABLE),
         "run_autograder": (render("gradescope_run_autograder").encode(), EXECUTABLE),
         "rubric.toml": (rubric.to_toml().encode(), 0o644),
-        "requirements.txt": (RUNTIME_LOCK.read_bytes(), 0o644),
+        "requirements.txt": (GRADER_LOCK.read_bytes(), 0o644),
         "grader/pyproject.toml": (
             pyproject(
                 "streaming-proxy-lab-grader",

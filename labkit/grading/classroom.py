@@ -1,44 +1,184 @@
-"""GitHub Classroom: the autograding workflow the learner bundle carries.
+"""GitHub Classroom: the autograding workflow the learner bundle carries, with a grader the
+learner's repository cannot change.
 
 An instructor pushes the learner bundle to a template repository; GitHub Classroom copies it
-for each learner, and every push runs ``.github/workflows/classroom.yml``: one graded step per
-check (``labkit grade proxy.py --only ID``, which exits 0 when the check passes or could not be
-decided on the runner, 1 when it fails), each worth its rubric weight times ten points, then
-the reporter step that sends the results to Classroom. The steps use GitHub's own
-``autograding-command-grader`` and ``autograding-grading-reporter`` actions.
+for each learner, and every push runs ``.github/workflows/classroom.yml``. The learner owns
+that repository, grader files included, so the workflow never grades with what it finds there
+unchecked. ``labkit student`` writes into the workflow the SHA-256 digest of every grader file
+of the bundle (``GRADER_DIRS``, ``GRADER_FILES``: labkit, mock_upstream, pyproject.toml, the
+grader's lock inside labkit, and the instructor's rubric). The workflow then
+
+1. copies exactly those files out of the repository and checks the copies against the digests:
+   on any difference it stops with one line naming the changed files, and every graded step
+   scores 0;
+2. installs the grader's lock (``labkit/bundle_files/grader-requirements.txt``: the versions
+   the Gradescope autograder and the grading image install) and the checked copy, with
+   ``--no-deps``, into a virtual environment outside the repository;
+3. runs one graded step per check (``labkit grade proxy.py --only ID --rubric RUBRIC``, exit 0
+   when the check passes or could not be decided on the runner), each worth the check's points
+   in whole points (``Rubric.allot``: they add up to the rubric's ``max_score``);
+4. reports the results to Classroom.
+
+The steps use GitHub's ``autograding-command-grader`` (``max-score`` is read with ``parseInt``,
+hence whole points) and ``autograding-grading-reporter`` (its ``runners`` input must match
+``RUNNER_PATTERN``, so each step id is the check id without ``_``).
+
+The workflow file itself cannot carry its own digest: Classroom's protected paths (see
+docs/instructors.md) are what shows an instructor that a learner changed it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+from pathlib import Path
 
 from labkit.checks import CHECKS
+from labkit.errors import LabkitError
 from labkit.grading.rubric import Rubric
 
-__all__ = ["POINTS_PER_WEIGHT", "STEP_TIMEOUT_MIN", "grade_command", "workflow"]
+__all__ = [
+    "GRADER_DIRS",
+    "GRADER_FILES",
+    "GRADER_HOME",
+    "RUBRIC_FILE",
+    "RUNNER_PATTERN",
+    "WORKFLOW_FILE",
+    "digests",
+    "grade_command",
+    "grader_files",
+    "runner_id",
+    "step_points",
+    "workflow",
+]
 
-POINTS_PER_WEIGHT = 10
+WORKFLOW_FILE = ".github/workflows/classroom.yml"
+RUBRIC_FILE = ".github/classroom/rubric.toml"
+GRADER_DIRS = ("labkit", "mock_upstream")
+GRADER_FILES = ("pyproject.toml", RUBRIC_FILE)
+GRADER_LOCK = "labkit/bundle_files/grader-requirements.txt"
+GRADER_HOME = "$RUNNER_TEMP/labkit-grader"  # outside the learner's checkout
+RUNNER_PATTERN = re.compile(r"^([a-zA-Z0-9]+,)*[a-zA-Z0-9]+$")  # the reporter's own check
 STEP_TIMEOUT_MIN = 5  # one check takes 5-25 s on a GitHub runner's 2 to 4 CPUs
 COMMAND_GRADER = "classroom-resources/autograding-command-grader@v1"
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"
+SKIPPED = ("__pycache__",)
+
+
+def grader_files(root: Path) -> list[str]:
+    """The grader's files in the bundle at ``root``, as sorted POSIX paths relative to it."""
+    found = [
+        path.relative_to(root).as_posix()
+        for folder in GRADER_DIRS
+        for path in (root / folder).rglob("*")
+        if path.is_file()
+        and not any(part in SKIPPED for part in path.parts)
+        and path.suffix != ".pyc"
+    ]
+    missing = [name for name in (*GRADER_FILES, GRADER_LOCK) if not (root / name).is_file()]
+    if missing:
+        raise LabkitError(
+            f"The bundle at {root} has no {', '.join(missing)}: write the workflow after the "
+            "rest of the bundle."
+        )
+    return sorted({*found, *GRADER_FILES})
+
+
+def digests(root: Path) -> str:
+    """``sha256sum``'s format (digest, two spaces, path), one line per grader file."""
+    lines = []
+    for name in grader_files(root):
+        digest = hashlib.sha256((root / name).read_bytes()).hexdigest()
+        lines.append(f"{digest}  {name}")
+    return "\n".join(lines) + "\n"
+
+
+def runner_id(check_id: str) -> str:
+    """The check's step id for the reporter: letters and digits only."""
+    return check_id.replace("_", "")
 
 
 def grade_command(check_id: str) -> str:
-    return f"labkit grade proxy.py --only {check_id}"
+    return (
+        f'"{GRADER_HOME}/venv/bin/labkit" grade proxy.py --only {check_id} '
+        f'--rubric "{GRADER_HOME}/src/{RUBRIC_FILE}"'
+    )
 
 
 def _quoted(text: str) -> str:
     return json.dumps(text)  # a JSON string is a valid YAML double-quoted scalar
 
 
-def workflow(rubric: Rubric | None = None) -> str:
-    """The workflow's YAML; a check whose rubric weight is 0 gets no step."""
-    rubric = rubric or Rubric()
-    checks = [c for c in CHECKS if rubric.weight(c.id) > 0]
+def _script(lines: list[str]) -> list[str]:
+    return ["        run: |", *(f"          {line}" if line else "" for line in lines)]
+
+
+def _check_step(manifest: str) -> list[str]:
+    body = [
+        f'G="{GRADER_HOME}"',
+        'rm -rf "$G" && mkdir -p "$G/src"',
+        "cat > \"$G/grader.sha256\" <<'DIGESTS'",
+        *manifest.splitlines(),
+        "DIGESTS",
+        "# copy exactly the listed files (no links), then check the copies, not the checkout",
+        'cut -c67- "$G/grader.sha256" | while IFS= read -r f; do',
+        '  if [ -f "$f" ] && [ ! -L "$f" ]; then',
+        '    mkdir -p "$G/src/$(dirname "$f")" && cp "$f" "$G/src/$f"',
+        "  fi",
+        "done",
+        'if ! (cd "$G/src" && sha256sum --check --quiet --strict "$G/grader.sha256") \\',
+        '    > "$G/changed.txt" 2>/dev/null; then',
+        "  changed=\"$(sed -e 's/: FAILED.*$//' \"$G/changed.txt\" | paste -sd ' ' -)\"",
+        '  echo "::error title=Not graded::score 0: the grader files differ from the'
+        " instructor's: $changed. Restore them (git checkout <the first commit> -- FILE) and"
+        ' push again."',
+        '  rm -rf "$G/src"',
+        "  exit 1",
+        "fi",
+        'echo "The grader files are the instructor\'s ($(wc -l < "$G/grader.sha256") files)."',
+    ]
+    return ["      - name: Check that the grader files are the instructor's", *_script(body)]
+
+
+def _install_step() -> list[str]:
+    body = [
+        f'G="{GRADER_HOME}"',
+        'python -m venv "$G/venv"',
+        f'"$G/venv/bin/python" -m pip install --quiet -r "$G/src/{GRADER_LOCK}"',
+        '"$G/venv/bin/python" -m pip install --quiet --no-deps "$G/src"',
+    ]
+    return ["      - name: Install the checked grader from its lock", *_script(body)]
+
+
+def step_points(rubric: Rubric) -> dict[str, float]:
+    """Each graded step's whole points, by check id (checks worth 0 have no step); they add up
+    to ``rubric.max_score``. Raises ``LabkitError`` for a ``max_score`` that is not whole."""
+    ids = [c.id for c in CHECKS if rubric.weight(c.id) > 0]
+    try:
+        points = rubric.allot(ids, unit=1)
+    except ValueError:
+        raise LabkitError(
+            f"GitHub Classroom counts whole points (its command grader reads max-score as an "
+            f"integer), and the rubric's max_score is {rubric.max_score:g}. Set max_score to a "
+            "whole number in the rubric, then make the bundle again."
+        ) from None
+    return {i: p for i, p in points.items() if p > 0}
+
+
+def workflow(rubric: Rubric, manifest: str) -> str:
+    """The workflow's YAML for the grader files in ``manifest`` (``digests``); a check whose
+    rubric weight is 0 gets no step."""
+    points = step_points(rubric)
+    checks = [c for c in CHECKS if c.id in points]
+    runners = ",".join(runner_id(c.id) for c in checks)
+    if not RUNNER_PATTERN.match(runners):
+        raise LabkitError(f"step ids {runners!r} do not match the reporter's {RUNNER_PATTERN}")
     lines = [
-        "# GitHub Classroom autograding for the Streaming Proxy Lab: one graded step per check.",
-        "# Written by `labkit student`; the instructor's rubric sets each step's points.",
-        "name: Autograding",
+        "# GitHub Classroom autograding for the Streaming Proxy Lab: one graded step per check,",
+        "# run by a grader checked against the digests `labkit student` wrote below. Tests added",
+        "# in Classroom's web UI replace this file: add none (see docs/instructors.md).",
+        "name: Autograding Tests",
         '"on":',
         "  - push",
         "  - workflow_dispatch",
@@ -47,7 +187,7 @@ def workflow(rubric: Rubric | None = None) -> str:
         "  actions: read",
         "  contents: read",
         "jobs:",
-        "  autograding:",
+        "  run-autograding-tests:",
         "    runs-on: ubuntu-latest",
         "    if: github.actor != 'github-classroom[bot]'",
         "    timeout-minutes: 30",
@@ -56,29 +196,32 @@ def workflow(rubric: Rubric | None = None) -> str:
         "      - uses: actions/setup-python@v5",
         "        with:",
         '          python-version: "3.11"',
-        "      - name: Install the lab",
-        "        run: python -m pip install --quiet .",
+        *_check_step(manifest),
+        *_install_step(),
     ]
     for check in checks:
         lines += [
             f"      - name: {_quoted(f'{check.id}: {check.summary}')}",
-            f"        id: {check.id}",
+            f"        id: {runner_id(check.id)}",
+            "        if: always()",
             f"        uses: {COMMAND_GRADER}",
             "        with:",
             f"          test-name: {check.id}",
             f"          command: {_quoted(grade_command(check.id))}",
             f"          timeout: {STEP_TIMEOUT_MIN}",
-            f"          max-score: {round(POINTS_PER_WEIGHT * rubric.weight(check.id))}",
+            f"          max-score: {points[check.id]:g}",
         ]
     lines += [
         "      - name: Autograding Reporter",
+        "        if: always()",
         f"        uses: {REPORTER}",
         "        env:",
         *(
-            f'          {c.id.upper()}_RESULTS: "${{{{steps.{c.id}.outputs.result}}}}"'
+            f"          {runner_id(c.id).upper()}_RESULTS: "
+            f'"${{{{steps.{runner_id(c.id)}.outputs.result}}}}"'
             for c in checks
         ),
         "        with:",
-        f"          runners: {','.join(c.id for c in checks)}",
+        f"          runners: {runners}",
     ]
     return "\n".join(lines) + "\n"

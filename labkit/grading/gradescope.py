@@ -8,12 +8,22 @@ and a plain message for nothing submitted, a notebook instead of ``proxy.py``, a
 import error, and a crash of the grader itself.
 
 ``python -m labkit.grading.gradescope [--root DIR] [--rubric TOML]`` is what
-``run_autograder`` calls (see ``labkit.grading.autograder`` for the zip that carries it).
+``run_autograder`` calls (see ``labkit.grading.autograder`` for the zip that carries it);
+``labkit grade FILE --gradescope PATH`` writes its results with the same ``results_for`` and
+``write_results``.
+
+Each check is one test worth its share of ``max_score`` in whole cents (``Rubric.allot``), so
+the tests add up to exactly the total shown; the assignment's points in Gradescope should be
+set to the rubric's ``max_score`` (``labkit autograder gradescope`` prints it). A check the
+grader's machine could not decide is not shown as passed: its test is marked failed and named
+``(not decided)``, worth 0 of 0 when the rubric leaves it out (the default) or its full share
+when the rubric awards it; it never costs the learner a point.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -23,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labkit.grading.report import SubmissionReport, feedback_markdown, gradescope_results
+from labkit.checks import CheckResult
+from labkit.checks.catalogue import BY_ID
+from labkit.grading.report import SubmissionReport, feedback_markdown
 from labkit.grading.roster import Submission, grade_in_worker
 from labkit.grading.rubric import Rubric
 
@@ -36,6 +48,7 @@ __all__ = [
     "message_results",
     "results_for",
     "run",
+    "write_results",
 ]
 
 DEFAULT_ROOT = Path("/autograder")
@@ -44,6 +57,7 @@ SKIPPED_DIRS = {".git", ".ipynb_checkpoints", "__pycache__", ".venv", "venv", "n
 # The learner bundle's own packages, uploaded with a whole repository: never the submission.
 BUNDLE_PACKAGES = {"labkit", "mock_upstream", "notebooks", "binder", ".github"}
 TTFT_BOARD = "TTFT added by the proxy (ms)"
+NOT_DECIDED = "not decided"
 
 
 class NotGradable(Exception):
@@ -128,17 +142,63 @@ def _leaderboard(report: SubmissionReport) -> list[dict[str, Any]]:
     return [{"name": TTFT_BOARD, "value": round(float(lag), 1), "order": "asc"}]
 
 
+def _evidence(result: CheckResult) -> str:
+    return ", ".join(f"{k}={v}" for k, v in result.evidence.items()) or "nothing measurable"
+
+
+def _test(report: SubmissionReport, result: CheckResult) -> dict[str, Any]:
+    """One Gradescope test for ``result``, worth what ``report.points`` gives it."""
+    available = report.points.get(result.id, 0.0)
+    name = f"{result.id}: {BY_ID[result.id].summary}"
+    output = result.verdict
+    if result.status == "failed":
+        output += f"\nObserved: {_evidence(result)}\nWhat to change: {result.hint}"
+    if result.inconclusive:
+        name += f" ({NOT_DECIDED})"
+        worth = "was given its full points" if report.earned(result) else "is left out of it"
+        output = (
+            f"Not decided: the grader's machine was too slow to run this experiment to the end. "
+            f"That is not your proxy's fault, and it {worth}; it never counts against you.\n"
+            f"{output}\nObserved: {_evidence(result)}"
+        )
+    return {
+        "name": name,
+        "score": available if report.earned(result) else 0.0,
+        "max_score": available,
+        "status": "passed" if result.passed else "failed",
+        "output": output,
+        "visibility": "visible",
+    }
+
+
 def results_for(report: SubmissionReport, note: str = "") -> dict[str, Any]:
-    """Gradescope's results for a graded file: the tests, the feedback as Markdown, and the
-    time the proxy added to the first token on the leaderboard."""
-    results = gradescope_results(report)
-    feedback = feedback_markdown(report)
-    results["output"] = f"{note}\n\n{feedback}" if note else feedback
-    results["output_format"] = "md"
+    """Gradescope's results for a graded file: one test per counted or undecided check, in
+    whole cents that add up to exactly the score; the feedback as Markdown; and the time the
+    proxy added to the first token on the leaderboard."""
+    shown = copy.copy(report)  # the same grade, its points in whole cents
+    counted = [r.id for r in report.results if report.counts(r)]
+    shown.points = report.rubric.allot(counted)
+    tests = [_test(shown, r) for r in shown.results if not r.skipped or r.inconclusive]
+    feedback = feedback_markdown(shown)
+    results: dict[str, Any] = {
+        "score": round(sum(t["score"] for t in tests), 2),
+        "execution_time": round(report.elapsed_s),
+        "output": f"{note}\n\n{feedback}" if note else feedback,
+        "output_format": "md",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+    }
     board = _leaderboard(report)
     if board:
         results["leaderboard"] = board
     return results
+
+
+def write_results(target: Path, results: dict[str, Any]) -> None:
+    """Write ``results`` as Gradescope reads them, creating the folder."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
 
 
 def run(root: Path, rubric_path: str | None = None) -> dict[str, Any]:
@@ -150,7 +210,7 @@ def run(root: Path, rubric_path: str | None = None) -> dict[str, Any]:
         rubric = Rubric.load(rubric_path)
         found = find_submission(root / "submission")
         report = grade_in_worker(
-            Submission(found.path.stem, found.path), rubric, rubric_path=rubric_path
+            Submission(found.path.name, found.path), rubric, rubric_path=rubric_path
         )
         results = results_for(report, found.note)
     except NotGradable as exc:
@@ -163,8 +223,7 @@ def run(root: Path, rubric_path: str | None = None) -> dict[str, Any]:
             "again later.",
             started,
         )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_results(target, results)
     return results
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,10 +35,11 @@ from labkit.checks.catalogue import ALL_IDS, BY_ID
 from labkit.checks.machine import budget_scale
 from labkit.errors import LabkitError
 
-__all__ = ["DEFAULT_MAX_SCORE", "DEFAULT_SUBMISSION_TIMEOUT_S", "Rubric", "RubricError"]
+__all__ = ["CENT", "DEFAULT_MAX_SCORE", "DEFAULT_SUBMISSION_TIMEOUT_S", "Rubric", "RubricError"]
 
 DEFAULT_MAX_SCORE = 100.0
 DEFAULT_SUBMISSION_TIMEOUT_S = 90.0
+CENT = 0.01  # the smallest part of a point a platform shows (Rubric.allot)
 START_MARGIN_S = 30.0  # starting the proxy and the mocks, beside the longest check
 _TOP_KEYS = ("max_score", "submission_timeout_s", "inconclusive", "weights")
 INCONCLUSIVE_POLICIES = ("leave_out", "award")
@@ -84,6 +85,23 @@ class Rubric:
         if total <= 0:
             return dict.fromkeys(counted, 0.0)
         return {i: self.max_score * self.weight(i) / total for i in counted}
+
+    def allot(self, counted: Sequence[str], *, unit: float = CENT) -> dict[str, float]:
+        """``points`` in whole ``unit``s that add up to exactly ``max_score``, for a platform
+        that shows each check's points beside the total (Gradescope: cents; GitHub Classroom:
+        whole points). Each check gets its share rounded down; the units left over go one each
+        to the largest remainders, ties to the check listed first. Raises ``ValueError`` when
+        ``max_score`` is not a whole number of ``unit``s."""
+        units = round(self.max_score / unit)
+        if not math.isclose(units * unit, self.max_score, abs_tol=1e-9):
+            raise ValueError(f"max_score = {self.max_score:g} is not a whole number of {unit:g}")
+        exact = {i: share / unit for i, share in self.points(list(counted)).items()}
+        given = {i: math.floor(value + 1e-9) for i, value in exact.items()}
+        left = units - sum(given.values()) if exact else 0
+        order = sorted(exact, key=lambda i: (-(exact[i] - given[i]), list(counted).index(i)))
+        for check_id in order[:left]:
+            given[check_id] += 1
+        return {i: round(given[i] * unit, 2) for i in counted}
 
     def to_json(self) -> dict[str, Any]:
         return {

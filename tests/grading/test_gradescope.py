@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -17,12 +19,13 @@ from typing import Any
 import pytest
 from grading_support import REFERENCE, write_variant
 
-from labkit.checks import CHECK_IDS
+from labkit.checks import CHECK_IDS, CheckResult
+from labkit.checks.result import INCONCLUSIVE
 from labkit.cli import main
-from labkit.grading.autograder import write_gradescope_zip
-from labkit.grading.gradescope import NotGradable, find_submission
+from labkit.grading.autograder import GRADER_LOCK, write_gradescope_zip
+from labkit.grading.gradescope import NotGradable, find_submission, results_for, run
+from labkit.grading.report import SubmissionReport
 from labkit.grading.rubric import Rubric
-from labkit.packaging import locked_requirements
 from labkit.regions import strip_solutions
 from tests.notebooks.bundle_leaks import leaks
 
@@ -58,6 +61,10 @@ def _root(tmp_path: Path, autograder_zip: Path, *, venv: Path | None = None) -> 
     shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
     (root / "venv").symlink_to(venv or Path(sys.prefix))
     return root
+
+
+def _cents(points: Any) -> int:
+    return sum(round(p * 100) for p in points)
 
 
 def _run(root: Path) -> dict[str, Any]:
@@ -96,6 +103,8 @@ def test_a_correct_proxy_scores_full_marks(tmp_path: Path, autograder_zip: Path)
     assert results["score"] == 100, results["output"]
     assert len(results["tests"]) == len(CHECK_IDS)
     assert all(t["status"] == "passed" for t in results["tests"])
+    assert _cents(t["score"] for t in results["tests"]) == 100_00  # not 99.97
+    assert _cents(t["max_score"] for t in results["tests"]) == 100_00
     assert results["output_format"] == "md" and results["output"].startswith("# Feedback")
     [board] = results["leaderboard"]
     assert board["order"] == "asc" and board["value"] >= 0
@@ -109,7 +118,9 @@ def test_a_broken_proxy_fails_its_check(tmp_path: Path, autograder_zip: Path) ->
     results = _run(root)
     failed = [t["name"].split(":")[0] for t in results["tests"] if t["status"] == "failed"]
     assert failed == ["usage"]
-    assert results["score"] == round(100 * (len(CHECK_IDS) - 1) / len(CHECK_IDS), 2)
+    usage = Rubric().allot(CHECK_IDS)["usage"]
+    assert results["score"] == round(100 - usage, 2)
+    assert _cents(t["score"] for t in results["tests"]) == round(results["score"] * 100)
 
 
 def test_a_syntax_error_scores_zero_with_a_message(tmp_path: Path, autograder_zip: Path) -> None:
@@ -175,20 +186,63 @@ def test_a_whole_repository_upload_finds_the_learners_proxy(tmp_path: Path) -> N
         find_submission(tmp_path)
 
 
+FAKE_APT = """#!/bin/sh
+echo "$*" >> "$APT_LOG"
+exit 0
+"""
+
+
+def _managed_python(install_dir: Path) -> Path:
+    """This interpreter's base CPython laid out where ``uv python install`` keeps the Pythons
+    it manages, so that uv finds it installed instead of downloading one (this machine reaches
+    PyPI only; the download is the one step of setup.sh this test cannot take). Hard links,
+    except the files uv rewrites on install, which are copies."""
+    version = ".".join(map(str, sys.version_info[:3]))
+    target = install_dir / f"cpython-{version}-linux-{platform.machine()}-gnu"
+    source = Path(sys.base_prefix)
+    skipped = shutil.ignore_patterns("site-packages", "test", "__pycache__", "idlelib", "tkinter")
+    shutil.copytree(source, target, symlinks=True, ignore=skipped, copy_function=os.link)
+    (
+        target
+        / "lib"
+        / f"python{sys.version_info.major}.{sys.version_info.minor}"
+        / "site-packages"
+    ).mkdir()
+    for path in target.rglob("*"):
+        rewritten = path.name.startswith("_sysconfigdata_") or path.suffix == ".pc"
+        if rewritten or path.name.endswith("-config"):
+            if path.is_file() and not path.is_symlink():
+                data = path.read_bytes()
+                path.unlink()
+                path.write_bytes(data)
+    return target
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # a full install from PyPI: 30 s idle here, minutes on a busy machine
-def test_setup_sh_installs_the_grader_into_a_fresh_venv(
+@pytest.mark.timeout(900)  # uv and the grader's lock from PyPI: a minute idle here
+def test_setup_sh_installs_a_released_python_with_uv_and_the_grader(
     tmp_path: Path, autograder_zip: Path
 ) -> None:
-    """As far as this machine allows: from a clean copy of the zip, into a new AUTOGRADER_ROOT
-    (Python >= 3.11 is here already, so apt-get is not needed; PyPI is)."""
+    """As far as this machine allows, on the path Gradescope's Ubuntu 22.04 takes: from a
+    clean copy of the zip into a new AUTOGRADER_ROOT, with an apt-get that only records what it
+    was asked; uv comes from PyPI, and the Python it would download is already in uv's folder.
+    Nothing asks apt-get for Ubuntu's python3.11 (a release candidate on 22.04)."""
     root = tmp_path / "autograder"
     with zipfile.ZipFile(autograder_zip) as archive:
         archive.extractall(root / "source")
     for name in ("setup.sh", "run_autograder"):
         (root / "source" / name).chmod(0o755)
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    (fake / "apt-get").write_text(FAKE_APT)
+    (fake / "apt-get").chmod(0o755)
+    managed = _managed_python(root / "python")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env["AUTOGRADER_ROOT"] = str(root)
+    env.update(
+        AUTOGRADER_ROOT=str(root),
+        APT_LOG=str(tmp_path / "apt.log"),
+        PATH=f"{fake}{os.pathsep}{env['PATH']}",
+    )
     started = time.monotonic()
     done = subprocess.run(
         ["bash", str(root / "source" / "setup.sh")],
@@ -200,26 +254,131 @@ def test_setup_sh_installs_the_grader_into_a_fresh_venv(
     elapsed = time.monotonic() - started
     output = done.stdout.decode() + done.stderr.decode()
     assert done.returncode == 0, output[-3000:]
+    asked = (tmp_path / "apt.log").read_text() if (tmp_path / "apt.log").exists() else ""
+    assert "python3.11" not in asked, asked
+    used = re.search(r"setup\.sh: using (\S+) \(Python 3\.11\.\d+\)", output)
+    assert used is not None, output[-2000:]
+    assert Path(used.group(1)).resolve().is_relative_to(managed)  # uv's, never the system's
     assert "setup.sh: learner code will run in: " in output
-    # the grader runs the locked versions, not the newest its ranges allow
-    for pin in ("openai==", "anthropic==", "uvicorn=="):
-        locked = next(line for line in locked_requirements() if line.startswith(pin))
-        name = pin.rstrip("=")
-        installed = subprocess.run(
-            [
-                str(root / "venv" / "bin" / "python"),
-                "-c",
-                f"import importlib.metadata as m; print(m.version({name!r}))",
-            ],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        assert f"{name}=={installed}" == locked
-    shown = subprocess.run(
-        [str(root / "venv" / "bin" / "labkit"), "grade", "--help"], capture_output=True
+    venv_python = root / "venv" / "bin" / "python"
+    probe = (
+        "import sys, importlib.metadata as m; "
+        "print(sys.version_info.releaselevel, sys.base_prefix); "
+        "print(*(f'{d.metadata[\"Name\"]}=={d.version}' for d in m.distributions()), sep='\\n')"
     )
-    assert shown.returncode == 0
+    shown = subprocess.run([str(venv_python), "-c", probe], capture_output=True, text=True)
+    level, prefix = shown.stdout.splitlines()[0].split(" ", 1)
+    assert level == "final" and Path(prefix).resolve() == managed
+    installed = {line.lower().replace("_", "-") for line in shown.stdout.splitlines()[1:]}
+    for pin in _pins(GRADER_LOCK):
+        assert pin in installed, pin  # the grader's lock, exactly
+    assert not any(
+        line.startswith(("jupyterlab==", "ipykernel==", "aiohttp==")) for line in installed
+    )
+    grade_help = subprocess.run([str(root / "venv" / "bin" / "labkit"), "grade", "--help"])
+    assert grade_help.returncode == 0
     print(f"setup.sh took {elapsed:.0f} s")
+
+
+def _pins(lock: Path) -> list[str]:
+    lines = lock.read_text().splitlines()
+    return [ln.strip().lower() for ln in lines if "==" in ln and not ln.startswith("#")]
+
+
+def test_setup_sh_never_installs_ubuntus_python(autograder_zip: Path) -> None:
+    with zipfile.ZipFile(autograder_zip) as archive:
+        script = archive.read("setup.sh").decode()
+    commands = [ln for ln in script.splitlines() if not ln.lstrip().startswith("#")]
+    assert not any("python3.11" in ln for ln in commands)
+    assert any('"$UV" python install --no-bin' in ln for ln in commands)
+    assert any("--managed-python" in ln for ln in commands)
+
+
+def test_every_text_names_ubuntu_22_04_only() -> None:
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    texts.append(ROOT / "labkit" / "bundle_files" / "gradescope_setup.sh")
+    for path in texts:
+        assert "24.04" not in path.read_text(), f"{path.relative_to(ROOT)} names Ubuntu 24.04"
+
+
+def _report(results: list[CheckResult], rubric: Rubric | None = None) -> SubmissionReport:
+    return SubmissionReport("proxy.py", "proxy.py", results, rubric or Rubric())
+
+
+def _undecided(check_id: str) -> CheckResult:
+    return CheckResult(
+        check_id, False, "inconclusive: the mock was too busy", {INCONCLUSIVE: "slow"}, "", True
+    )
+
+
+@pytest.mark.parametrize("policy", ["leave_out", "award"])
+def test_an_undecided_check_is_not_shown_as_passed(policy: str) -> None:
+    results = [CheckResult(i, True, "ok") for i in CHECK_IDS if i != "backpressure"]
+    report = _report([*results, _undecided("backpressure")], Rubric(inconclusive=policy))
+    shown = results_for(report)
+    [test] = [t for t in shown["tests"] if t["name"].startswith("backpressure")]
+    assert test["status"] == "failed" and test["name"].endswith("(not decided)")
+    assert test["output"].startswith("Not decided: the grader's machine was too slow")
+    if policy == "leave_out":
+        assert test["score"] == test["max_score"] == 0
+    else:
+        assert test["score"] == test["max_score"] > 0
+    assert _cents(t["score"] for t in shown["tests"]) == round(shown["score"] * 100)
+    assert shown["score"] == 100  # never costs a point
+
+
+@pytest.mark.parametrize("failing", list(CHECK_IDS))
+def test_the_tests_add_up_to_the_score_whichever_check_fails(failing: str) -> None:
+    results = [CheckResult(i, i != failing, "ok" if i != failing else "no") for i in CHECK_IDS]
+    shown = results_for(_report(results))
+    assert _cents(t["max_score"] for t in shown["tests"]) == 100_00
+    assert _cents(t["score"] for t in shown["tests"]) == round(shown["score"] * 100)
+    score = shown["score"]  # the feedback shows it as the table does: 92.3 for 92.31
+    assert f"Score: **{score:g} / 100**" in shown["output"] or (
+        f"Score: **{score:.1f} / 100**" in shown["output"]
+    )
+
+
+def test_labkit_autograder_gradescope_prints_the_points_to_set(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text("max_score = 40\n")
+    assert (
+        main(
+            ["autograder", "gradescope", "--out", str(tmp_path / "a.zip"), "--rubric", str(rubric)]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "Set the assignment's autograder points to 40 in Gradescope" in out
+    with zipfile.ZipFile(tmp_path / "a.zip") as archive:
+        assert archive.read("requirements.txt") == GRADER_LOCK.read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["syntax_error", "stubbed"])
+def test_grade_gradescope_writes_what_run_autograder_writes(tmp_path: Path, kind: str) -> None:
+    """`labkit grade FILE --gradescope` and Gradescope's own entry point, on the same file:
+    the same results, but for the time each took."""
+    root = tmp_path / "autograder"
+    (root / "submission").mkdir(parents=True)
+    source = (
+        "def broken(:\n"
+        if kind == "syntax_error"
+        else strip_solutions(REFERENCE.read_text(), kind="code", notebook="02_forwarding_proxy")[0]
+    )
+    (root / "submission" / "proxy.py").write_text(source)
+    from_run = run(root)
+    target = tmp_path / "cli" / "results.json"
+    main(["grade", str(root / "submission" / "proxy.py"), "--gradescope", str(target)])
+    from_cli = json.loads(target.read_text())
+    assert from_run == json.loads((root / "results" / "results.json").read_text())
+    for results in (from_run, from_cli):
+        results.pop("execution_time")
+        # each grading runs the file in a temporary folder of its own
+        results["output"] = re.sub(r"labkit-worker-\w+/labkit-grade-\w+", "TMP", results["output"])
+    assert from_cli == from_run
+    assert from_run["output_format"] == "md" and from_run["score"] == 0
 
 
 def test_grade_with_gradescope_writes_results_even_for_a_missing_file(tmp_path: Path) -> None:
