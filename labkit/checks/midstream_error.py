@@ -65,7 +65,7 @@ def unfinished_frame(body: bytes) -> bool:
 def _verdict(frame: SdkStream, drop: SdkStream, end: SdkStream) -> tuple[str, str]:
     """The verdict and advice for a failed run: the first of the three cases that went wrong."""
     endings = {frame.ending, drop.ending, end.ending}
-    if end.ending != "error_event" and endings - {end.ending} == {"error_event"}:
+    if frame.ending == drop.ending == "error_event" != end.ending:
         if end.ending == "hung":
             return (
                 "the stream hung when the upstream's body ended without data: [DONE]",

@@ -1,0 +1,58 @@
+"""``concurrency`` tells a pool too small from a blocked event loop, from the mock's records and
+its probes, without a clock of its own: a stream that reached the upstream only after another
+stream of the burst had ended there waited for a pool connection."""
+
+from __future__ import annotations
+
+from labkit.capture import Capture
+from labkit.checks.concurrency import MAX_PROBE_S, Measured, _judge, reached_together
+from labkit.checks.context import Record
+
+SEEDS = range(100, 106)
+
+
+def record(seed: int, started: float, ended: float | None) -> Record:
+    return {"scenario": {"seed": seed}, "started_at": started, "ended_at": ended}
+
+
+def test_streams_that_arrive_after_the_first_end_waited() -> None:
+    records = [record(100 + i, 10.0 + 0.1 * i, 14.0 + 0.1 * i) for i in range(4)]
+    records += [record(104, 14.05, 18.0), record(105, 14.2, 18.1)]  # after the first end, 14.0
+    records += [record(999, 9.0, 9.5)]  # another check's request: not counted
+    assert reached_together(records, SEEDS) == 4
+
+
+def test_a_request_that_never_ended_does_not_hide_the_others() -> None:
+    records = [record(100 + i, 10.0 + 0.1 * i, None) for i in range(6)]
+    assert reached_together(records, SEEDS) == 6
+
+
+def measured(together: int | None, slowest_probe: float = 0.01) -> Measured:
+    return Measured(
+        streams=6,
+        completed=[Capture("http://proxy", terminal="done", total_time=4.0)] * 6,
+        idle_probes=[0.002] * 5,
+        probes=[0.003] * 20 + [slowest_probe],
+        elapsed=8.0,
+        reached_together=together,
+    )
+
+
+def test_all_through_but_some_waited_for_a_connection_fails_on_the_pool() -> None:
+    result = _judge(measured(4), MAX_PROBE_S)
+    assert result.status == "failed"
+    assert result.verdict.startswith("some streams waited for a free upstream connection")
+    assert "httpx.Limits" in result.hint
+    assert result.evidence["reached_upstream_together"] == 4
+
+
+def test_a_blocked_loop_is_named_before_the_pool() -> None:
+    blocked = Measured(6, [], [0.002] * 5, [2.0] * 20, 8.0, 1)
+    result = _judge(blocked, MAX_PROBE_S)
+    assert result.verdict.startswith("the proxy stops answering while it waits on the upstream")
+
+
+def test_every_stream_together_passes_and_an_engine_run_has_no_count() -> None:
+    assert _judge(measured(6), MAX_PROBE_S).passed
+    engine = _judge(measured(None), MAX_PROBE_S)
+    assert engine.passed and "reached_upstream_together" not in engine.evidence
