@@ -13,8 +13,9 @@ process ends, the namespace goes with it.
 Linux allows this to root (``CAP_SYS_ADMIN``) and, where unprivileged user namespaces are
 allowed, to any user (inside a user namespace that maps the user to itself, so uids and file
 owners stay what they were). Where it is refused (a container without ``CAP_SYS_ADMIN``, a
-kernel that forbids user namespaces), grading goes on with the machine's network and the report
-says why. ``LABKIT_NETWORK=shared`` turns it off on purpose. ``Network.describe()`` is the
+kernel that forbids user namespaces, a user namespace without the rights to bring its loopback
+up), grading goes on with the machine's network and the report says why: the move is tried in a
+forked child first, so a namespace that cannot be finished never strands the grader in it. ``LABKIT_NETWORK=shared`` turns it off on purpose. ``Network.describe()`` is the
 report's ``network:`` line: ``loopback only`` or ``shared (why)``.
 """
 
@@ -26,7 +27,9 @@ import os
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from errno import EPERM
 from typing import Literal
 
 from labkit.errors import LabkitError
@@ -57,8 +60,8 @@ _ASK = (
 
 
 class NetworkSetupError(LabkitError):
-    """The grading's own namespace was made, but its loopback could not be brought up: nothing
-    could be graded in it (the checks reach the proxy over loopback)."""
+    """This process moved into a namespace of its own that is not usable (its loopback is
+    down, or it holds no loopback): nothing could be graded in it."""
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,8 @@ def enter_own_namespace(choice: NetworkChoice | None = None) -> Network:
     Call it before the process starts any thread or child: they are born in the namespace of
     the thread that starts them. ``choice`` (default: ``LABKIT_NETWORK``, else ``"own"``)
     ``"shared"`` leaves the network as it is. Never raises for what the machine refuses: the
-    returned ``Network`` says it. Raises ``NetworkSetupError`` if the namespace was made but
-    its loopback cannot be brought up.
+    returned ``Network`` says it. Raises ``NetworkSetupError`` only if a namespace that a
+    trial in a child could set up then fails in this process.
     """
     wanted = choice or os.environ.get(NETWORK_ENV) or "own"
     if wanted == "shared":
@@ -100,11 +103,55 @@ def enter_own_namespace(choice: NetworkChoice | None = None) -> Network:
             False, f"{NETWORK_ENV}={wanted!r} is not one of 'own', 'shared'; fix the variable"
         )
     if interfaces() == ["lo"]:  # already alone (a worker started inside a namespace)
-        return _bring_up_loopback()
-    refused = _unshare_network()
+        _bring_up_loopback()
+        return Network(True)
+    # Tried first in a child: a move that fails halfway (a user namespace without the rights to
+    # bring its loopback up) would leave this process in a namespace it cannot leave again.
+    refused = _in_a_child(_move)
     if refused:
         return Network(False, refused)
-    return _bring_up_loopback()
+    refused = _move()
+    if refused:
+        raise NetworkSetupError(
+            f"this grading's own network namespace could not be set up ({refused}), although "
+            f"a trial in a child process could. Set {NETWORK_ENV}=shared to grade on the "
+            "machine's network instead."
+        )
+    return seen_from_here("the new namespace holds more than loopback")
+
+
+def _move() -> str:
+    """Into a new network namespace with its loopback up: '' once there, else why not."""
+    refused = _unshare_network()
+    if refused:
+        return refused
+    try:
+        _bring_up_loopback()
+    except OSError as exc:
+        return f"the new namespace's loopback could not be brought up ({exc}): {_ASK}"
+    return ""
+
+
+def _in_a_child(attempt: Callable[[], str]) -> str:
+    """``attempt()`` run in a forked child (its namespaces go with it); what it returned, or
+    why it could not run."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave at once (no atexit, no buffers of the parent)
+        try:
+            os.close(read)
+            answer = attempt()
+        except BaseException as exc:  # every failure becomes the parent's reason
+            answer = f"{type(exc).__name__}: {exc}"
+        os.write(write, answer.encode("utf-8", "replace")[:4096])
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        answer = pipe.read().decode("utf-8", "replace")
+    _, status = os.waitpid(pid, 0)
+    if status != 0 and not answer:
+        return f"the trial of a network namespace ended with status {status}"
+    return answer
 
 
 def _unshare_network() -> str:
@@ -112,11 +159,13 @@ def _unshare_network() -> str:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(_CLONE_NEWNET) == 0:
         return ""
-    plain = os.strerror(ctypes.get_errno())
+    errno = ctypes.get_errno()
+    plain = os.strerror(errno)
     if os.geteuid() == 0:
         # root without CAP_SYS_ADMIN (a container): a user namespace would not map the uids the
         # sandbox drops to, so it is not tried
-        return f"the kernel refused a network namespace to root ({plain}: no CAP_SYS_ADMIN)"
+        why = f"{plain}: no CAP_SYS_ADMIN" if errno == EPERM else plain
+        return f"the kernel refused a network namespace to root ({why})"
     if threading.active_count() > 1:
         return f"the kernel refused a network namespace ({plain}), and {_ASK}"
     uid, gid = os.geteuid(), os.getegid()
@@ -140,17 +189,10 @@ def _write(path: str, text: str) -> None:
         file.write(text)
 
 
-def _bring_up_loopback() -> Network:
-    """Set ``lo`` up (a new namespace's loopback starts down); the network this leaves."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            asked = struct.pack(_IFREQ, b"lo", 0)
-            flags = struct.unpack(_IFREQ, fcntl.ioctl(sock, _SIOCGIFFLAGS, asked))[1]
-            if not flags & _IFF_UP:
-                fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))
-    except OSError as exc:
-        raise NetworkSetupError(
-            f"the grading's own network namespace has no working loopback ({exc}). Set "
-            f"{NETWORK_ENV}=shared to grade on the machine's network instead."
-        ) from exc
-    return seen_from_here("the new namespace holds more than loopback")
+def _bring_up_loopback() -> None:
+    """Set ``lo`` up (a new namespace's loopback starts down). Raises ``OSError``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        asked = struct.pack(_IFREQ, b"lo", 0)
+        flags = struct.unpack(_IFREQ, fcntl.ioctl(sock, _SIOCGIFFLAGS, asked))[1]
+        if not flags & _IFF_UP:
+            fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack(_IFREQ, b"lo", flags | _IFF_UP))

@@ -44,9 +44,11 @@ sys.path.insert(0, ROOT)
 spec = importlib.util.spec_from_file_location("network", ROOT + "/labkit/grading/network.py")
 network = sys.modules["network"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(network)
+BEFORE
 got = network.enter_own_namespace()
 try:
-    socket.create_connection(("127.0.0.1", PORT), timeout=2).close()
+    with socket.create_connection(("127.0.0.1", PORT), timeout=2) as out:
+        out.sendall(b'{"reached": true}')
     reached = True
 except OSError:
     reached = False
@@ -119,9 +121,12 @@ def test_without_a_namespace_grading_goes_on_shared_and_the_report_says_why(
     assert code == 0
 
 
-def _in_a_child(port: int, *, as_user: list[str] | None = None) -> dict[str, object]:
+def _in_a_child(
+    port: int, *, as_user: list[str] | None = None, before: str = ""
+) -> dict[str, object]:
     python = sys.executable if as_user is None else "/usr/bin/python3"
     script = IN_A_CHILD.replace("ROOT", repr(str(ROOT))).replace("PORT", str(port))
+    script = script.replace("BEFORE", before)
     env = {"PATH": os.environ["PATH"], "PYTHONDONTWRITEBYTECODE": "1"}
     done = subprocess.run(
         [*(as_user or []), python, "-c", script],
@@ -163,6 +168,30 @@ def test_a_user_other_than_root_gets_one_through_a_user_namespace(
         pytest.skip(f"no user namespaces here: {seen['network']}")
     assert seen["network"] == "loopback only" and seen["interfaces"] == ["lo"]
     assert seen["reached"] is False and reached == []
+
+
+# a namespace whose loopback cannot be brought up, as in a user namespace left without
+# capabilities (what AppArmor's restriction of unprivileged user namespaces does; not tried here)
+LOOPBACK_REFUSED = """
+def _refused():
+    raise PermissionError(1, "Operation not permitted")
+network._bring_up_loopback = _refused
+"""
+
+
+@pytest.mark.usefixtures("namespace_here")
+def test_a_namespace_that_fails_halfway_leaves_the_grader_on_the_machines_network(
+    loopback_reports: tuple[int, list[dict[str, object]]],
+) -> None:
+    port, reached = loopback_reports
+    seen = _in_a_child(port, before=LOOPBACK_REFUSED)
+    assert seen["network"] == (
+        "shared (the new namespace's loopback could not be brought up ([Errno 1] Operation not "
+        "permitted): run the grader as root, or where unprivileged user namespaces are "
+        "allowed, to give each grading a network of its own)"
+    )
+    assert seen["interfaces"] != ["lo"], "the grader was left in a namespace of its own"
+    assert seen["reached"] is True and reached  # still on the machine's loopback, and says so
 
 
 def test_a_bad_labkit_network_value_says_what_it_takes(monkeypatch: pytest.MonkeyPatch) -> None:
