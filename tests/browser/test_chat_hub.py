@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from labkit.chat.hub import EXTENSION, HUB_PREFIX_ENV, hub_link
 from labkit.packaging import TEMPLATES
@@ -81,3 +82,19 @@ def test_the_bundles_post_build_enables_it_where_the_jupyter_server_reads_it(
     read = ExtensionConfigManager(read_config_path=[str(prefix / "etc" / "jupyter")])
     assert read.get_jpserver_extensions() == {EXTENSION: True}
     assert ExtensionPackage(name=EXTENSION, enabled=True).validate()
+
+
+def test_the_bundles_binder_environment_brings_jupyter_server_proxy(tmp_path: Path) -> None:
+    """repo2docker's base environment has no jupyter-server-proxy: the bundle's own pip list
+    (the runtime lock) brings it, at the version labkit.chat.hub's change to its internals was
+    tested with (an upgrade fails here first: run test_chat_behind_jupyter_server_proxy.py with
+    it, then update the pin)."""
+    from labkit.student import make_bundle
+
+    root = Path(__file__).resolve().parents[2]
+    make_bundle(root / "notebooks", root / "solutions" / "proxy.py", tmp_path / "lab")
+    env = yaml.safe_load((tmp_path / "lab" / "binder" / "environment.yml").read_text())
+    (pip,) = [d["pip"] for d in env["dependencies"] if isinstance(d, dict)]
+    assert "jupyter-server-proxy==4.6.0" in pip
+    post_build = (tmp_path / "lab" / "binder" / "postBuild").read_text()
+    assert f'"{EXTENSION}": true' in post_build
