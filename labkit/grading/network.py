@@ -14,8 +14,9 @@ Linux allows this to root (``CAP_SYS_ADMIN``) and, where unprivileged user names
 allowed, to any user (inside a user namespace that maps the user to itself, so uids and file
 owners stay what they were). Where it is refused (a container without ``CAP_SYS_ADMIN``, a
 kernel that forbids user namespaces, a user namespace without the rights to bring its loopback
-up), grading goes on with the machine's network and the report says why: the move is tried in a
-forked child first, so a namespace that cannot be finished never strands the grader in it. ``LABKIT_NETWORK=shared`` turns it off on purpose. ``Network.describe()`` is the
+up, or not Linux), grading goes on with the machine's network and the report says why. The move
+is tried in a forked child first, so a namespace that cannot be finished never strands the
+grader in it. ``LABKIT_NETWORK=shared`` turns it off on purpose. ``Network.describe()`` is the
 report's ``network:`` line: ``loopback only`` or ``shared (why)``.
 """
 
@@ -26,6 +27,7 @@ import fcntl
 import os
 import socket
 import struct
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -102,6 +104,8 @@ def enter_own_namespace(choice: NetworkChoice | None = None) -> Network:
         return Network(
             False, f"{NETWORK_ENV}={wanted!r} is not one of 'own', 'shared'; fix the variable"
         )
+    if not sys.platform.startswith("linux"):
+        return Network(False, f"network namespaces are Linux's, and this is {sys.platform}")
     if interfaces() == ["lo"]:  # already alone (a worker started inside a namespace)
         _bring_up_loopback()
         return Network(True)
