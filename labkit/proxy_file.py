@@ -185,7 +185,10 @@ def _cell_statements(source: str) -> list[_Statement]:
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)]) - 1
             statement = _Statement("function", (node.name,), first, _last_line(lines, node))
         elif (names := _setting_names(node)) is not None:
-            statement = _Statement("setting", names, first, (node.end_lineno or 1) - 1)
+            last = (node.end_lineno or 1) - 1
+            while last + 1 < len(lines) and lines[last + 1].startswith("#"):
+                last += 1  # a comment right below a setting goes with it (### END SOLUTION)
+            statement = _Statement("setting", names, first, last)
         elif isinstance(node, ast.Import | ast.ImportFrom) and all(
             alias.name != "*" for alias in node.names
         ):

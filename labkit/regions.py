@@ -16,6 +16,10 @@ so the proxy keeps working for the notebooks before it::
     return asyncio.Queue(maxsize=LIMIT)
     ### END SOLUTION
 
+Code that must import (``proxy.py``, and the ``%%proxy_part`` cells written into it) is stubbed
+with ``importable=True``: there a region at module level, such as a setting a part cell adds,
+cannot raise, so it must have a stand-in, and becomes a comment and its stand-in lines.
+
 In markdown (a verification question's answer) the region becomes a prompt for the learner's
 own answer. ``unwritten`` finds the stubs again, so the grader can say which part is missing.
 """
@@ -126,8 +130,16 @@ def regions(source: str, *, where: str = "this source") -> list[Region]:
     return found
 
 
-def _code_stub(region: Region, notebook: str) -> list[str]:
+def _code_stub(region: Region, notebook: str, *, importable: bool = False) -> list[str]:
     mark = f"{region.indent}{STUB_MARK}{region.function}, notebook {notebook}"
+    if importable and not region.indent:
+        if not region.stand_in:
+            raise SolutionRegionError(
+                f"{notebook}: the solution region at line {region.line} is at module level, "
+                "where a stub cannot raise (proxy.py would not import). Give it a stand-in, "
+                f"e.g. '{STAND_IN} LIMIT = None', or move it into a function."
+            )
+        return [f"{STUB_MARK}settings for this part (notebook {notebook})", *region.stand_in]
     if region.stand_in:
         return [
             f"{mark}. Until then, this stand-in runs:",
@@ -147,11 +159,13 @@ def strip_solutions(
     notebook: str = "this notebook",
     owner: Callable[[Region], str] | None = None,
     only: Collection[str] | None = None,
+    importable: bool = False,
 ) -> tuple[str, int]:
     """Replace each solution region of one cell's (or file's) source with its stub; return the
     new source and the number of regions stubbed. ``notebook`` names the notebook that writes
     them, or ``owner(region)`` does, region by region; ``only`` stubs just the regions inside
-    these functions and leaves the others' solutions in place."""
+    these functions and leaves the others' solutions in place; ``importable`` stubs a
+    module-level region with its stand-in (see the module docstring)."""
     found = {
         region.line: region
         for region in regions(source, where=notebook)
@@ -166,7 +180,10 @@ def strip_solutions(
             inside = True
             region = found[number]
             where = owner(region) if owner is not None else notebook
-            out.extend(_code_stub(region, where) if kind == "code" else [ANSWER_PROMPT])
+            if kind == "code":
+                out.extend(_code_stub(region, where, importable=importable))
+            else:
+                out.append(ANSWER_PROMPT)
         elif stripped == END and inside:
             inside = False
         elif not inside:

@@ -112,8 +112,12 @@ def make_student_copies(source_dir: Path, out_dir: Path) -> list[StudentCopy]:
         nb = nbformat.read(path, as_version=4)
         total = 0
         for cell in nb.cells:
+            first = cell.source.partition("\n")[0].split(" ")[0].strip()
             cell.source, count = strip_solutions(
-                cell.source, kind=cell.cell_type, notebook=path.stem
+                cell.source,
+                kind=cell.cell_type,
+                notebook=path.stem,
+                importable=cell.cell_type == "code" and first == PART_MAGIC,
             )
             total += count
             if cell.cell_type == "code":
@@ -162,6 +166,7 @@ def stub_proxy(solution: str, notebooks_dir: Path) -> tuple[str, int]:
         kind="code",
         notebook="solutions/proxy.py",
         owner=lambda r: owners.get(r.function) or by_section[r.line],
+        importable=True,
     )
 
 

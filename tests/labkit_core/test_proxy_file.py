@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from labkit.proxy_file import ProxyFileError, find_proxy, load_proxy, write_part
-from labkit.regions import Unwritten, strip_solutions, unwritten
+from labkit.regions import SolutionRegionError, Unwritten, strip_solutions, unwritten
 
 PROXY = '''\
 """A proxy."""
@@ -236,3 +236,42 @@ def test_a_learner_copy_of_a_part_with_helpers_is_stubbed_like_the_part(proxy: P
     assert unwritten(learner_file) == [Unwritten("helper", "07_x")]
     with pytest.raises(NotImplementedError, match="helper, in notebook 07_x"):
         load_proxy(proxy).first()
+
+
+SETTING_PART = """\
+### BEGIN SOLUTION
+### STAND-IN: TRIES = None
+TRIES = 3
+### END SOLUTION
+
+
+def first():
+    ### BEGIN SOLUTION
+    return TRIES
+    ### END SOLUTION
+"""
+
+
+def test_a_setting_in_a_solution_region_becomes_its_stand_in_and_the_file_still_imports(
+    proxy: Path,
+) -> None:
+    write_part(SETTING_PART, proxy)
+    assert load_proxy(proxy).first() == 3
+    learner_file, _ = strip_solutions(proxy.read_text(), kind="code", importable=True)
+    learner_cell, _ = strip_solutions(SETTING_PART, kind="code", notebook="07_x", importable=True)
+    assert learner_cell.startswith(
+        "# YOUR CODE HERE: settings for this part (notebook 07_x)\nTRIES = None\n"
+    )
+    proxy.write_text(learner_file.replace("this notebook", "07_x"))
+    write_part(learner_cell, proxy)
+    assert proxy.read_text() == learner_file.replace("this notebook", "07_x")
+    assert load_proxy(proxy).TRIES is None
+    assert unwritten(proxy.read_text()) == [Unwritten("first", "07_x")]
+
+
+def test_a_module_level_region_without_a_stand_in_cannot_be_made_importable() -> None:
+    source = "### BEGIN SOLUTION\nTRIES = 3\n### END SOLUTION\n"
+    with pytest.raises(SolutionRegionError, match=r"line 1 is at module level.*Give it a stand-in"):
+        strip_solutions(source, kind="code", notebook="07_x", importable=True)
+    stubbed, _ = strip_solutions(source, kind="code", notebook="07_x")  # a plain cell: it raises
+    assert 'raise NotImplementedError("Write this part yourself: this part' in stubbed
