@@ -25,6 +25,10 @@ The hierarchy (classes defined in another module say which)::
     ├── RubricError                  a rubric file that cannot be used (grading.rubric)
     ├── MergeError                   shard folders that do not add up to one class
     │                                (grading.class_results)
+    ├── AnswersError                 written answers that cannot be collected, marks that cannot
+    │                                be folded in (grading.answers)
+    ├── NetworkSetupError            a grading's own network namespace is not usable
+    │                                (grading.network)
     └── BrowserUnavailableError      no headless Chromium can run here (chat.browser)
 
 Each message says what was expected, what happened instead and what to do. The constructors
