@@ -39,6 +39,8 @@ async def check_long_stream(ctx: CheckContext) -> CheckResult:
     return result.failed(
         verdict,
         evidence,
-        "give the upstream client explicit timeouts, e.g. httpx.Timeout(connect=5.0, "
-        "read=60.0, write=10.0, pool=10.0): the default (5 s each) kills slow streams.",
+        f"give every phase of the upstream client a limit of its own, with the read limit "
+        f"longer than the longest silence a healthy upstream keeps (here a "
+        f"{SCENARIO['ttft_ms'] / 1000:g} s first token): httpx's default of 5 s for each "
+        "phase kills slow streams (notebook 07).",
     )
