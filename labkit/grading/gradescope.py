@@ -180,6 +180,8 @@ def results_for(report: SubmissionReport, note: str = "") -> dict[str, Any]:
     shown.points = report.rubric.allot(counted)
     tests = [_test(shown, r) for r in shown.results if not r.skipped or r.inconclusive]
     feedback = feedback_markdown(shown)
+    if report.problem is not None:  # why it could not be graded, first, in one line
+        feedback = f"{report.problem.message}\n\n{feedback}"
     results: dict[str, Any] = {
         "score": round(sum(t["score"] for t in tests), 2),
         "execution_time": round(report.elapsed_s),
