@@ -4,20 +4,17 @@ Binder files do what repo2docker will do with them."""
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import subprocess
 import sys
 import tarfile
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from bundle_leaks import leaks, solution_lines
 
-from labkit.checks import CHECK_IDS
 from labkit.student import make_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,6 +99,7 @@ def test_the_binder_environment_is_what_repo2docker_can_build(bundle: Path) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # pip installs the whole runtime lock: over 200 s on a busy machine
 def test_post_build_installs_the_bundle_in_a_fresh_environment(
     bundle: Path, tmp_path: Path
 ) -> None:
@@ -141,49 +139,3 @@ def test_post_build_installs_the_bundle_in_a_fresh_environment(
         shown.stdout
     )
     assert (venv / "bin" / "jupyter-lab").exists()
-
-
-def _classroom_steps(bundle: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    workflow = yaml.safe_load((bundle / ".github" / "workflows" / "classroom.yml").read_text())
-    steps = workflow["jobs"]["autograding"]["steps"]
-    graders = [s for s in steps if "autograding-command-grader" in s.get("uses", "")]
-    (reporter,) = [s for s in steps if "autograding-grading-reporter" in s.get("uses", "")]
-    return graders, reporter
-
-
-def test_the_classroom_workflow_grades_each_check_in_a_step_of_its_own(bundle: Path) -> None:
-    graders, reporter = _classroom_steps(bundle)
-    assert [s["id"] for s in graders] == list(CHECK_IDS)
-    for step in graders:
-        assert step["with"]["command"] == f"labkit grade proxy.py --only {step['id']}"
-        assert step["with"]["max-score"] == 10 and step["with"]["timeout"] >= 1
-    assert reporter["with"]["runners"].split(",") == list(CHECK_IDS)
-    assert reporter["env"] == {
-        f"{i.upper()}_RESULTS": f"${{{{steps.{i}.outputs.result}}}}" for i in CHECK_IDS
-    }
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # 26 gradings one after another: 2 min idle, longer on a busy machine
-def test_each_classroom_step_passes_a_correct_proxy_and_fails_the_stubbed_one(
-    bundle: Path, tmp_path: Path
-) -> None:
-    """What each graded step's command exits with, run in the learner's repository: 1 for
-    the bundle's proxy.py as handed out, 0 once it is the complete solution."""
-    copy = tmp_path / "repo"
-    shutil.copytree(bundle, copy, ignore=shutil.ignore_patterns("notebooks"))
-    graders, _ = _classroom_steps(copy)
-    labkit = str(Path(sys.executable).parent / "labkit")
-
-    def exit_codes() -> dict[str, int]:
-        codes = {}
-        for step in graders:
-            argv = shlex.split(step["with"]["command"])
-            assert argv[0] == "labkit"
-            done = subprocess.run([labkit, *argv[1:]], cwd=copy, capture_output=True, timeout=300)
-            codes[step["id"]] = done.returncode
-        return codes
-
-    assert exit_codes() == dict.fromkeys(CHECK_IDS, 1)
-    shutil.copy(ROOT / "solutions" / "proxy.py", copy / "proxy.py")
-    assert exit_codes() == dict.fromkeys(CHECK_IDS, 0)
