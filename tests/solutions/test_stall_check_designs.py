@@ -20,6 +20,7 @@ import asyncio
 import json
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,7 @@ def notebook_check(upstream: ServerHandle, books: MockUpstream, work: Path) -> d
         "json": json,
         "socket": socket,
         "time": time,
+        "ThreadPoolExecutor": ThreadPoolExecutor,
         "capture_stream": capture_stream,
         "serve_subprocess": serve_subprocess,
         "upstream": upstream,
