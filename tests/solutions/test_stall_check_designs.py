@@ -10,8 +10,8 @@ line; a client behind a silent upstream served to the end.
 
 Measured here (2 cores, load average 7-13 from other test runs): the reference passed, the mock
 cancelled 0.87-2.6 s after the request at 3,894-11,959 of 150,000 tokens; each wrong design
-failed with the complaint named below (287 s for the four, most of it the 15 s waits of the
-designs that never let go). docs/measurements.md has the table.
+failed with the complaint named below (28-30 s for the four at load 3-7, most of it the 15 s
+wait of the design that never lets go). docs/measurements.md has the table.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ WATCHES_THE_GETS = """def make_queue() -> asyncio.Queue[Item]:
 DESIGNS: dict[str, tuple[str | None, str | None]] = {
     "reference": (None, None),
     "bounded, no deadline": (BOUNDED_ONLY, "nothing closed it"),
-    "a deadline that stops the reader only": (STOPS_THE_READER_ONLY, "connection was still open"),
+    "a deadline that stops the reader only": (STOPS_THE_READER_ONLY, "connection was left open"),
     "a deadline on the time since the last get": (
         WATCHES_THE_GETS,
         "a silent upstream is not a stuck client",
