@@ -29,8 +29,9 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 @pytest.fixture
 def loopback_reports() -> Iterator[tuple[int, list[dict[str, object]]]]:
-    """A port on 127.0.0.1 and the JSON each connection to it sent, for learner code that can
-    write nowhere but its own sandbox to say what it saw (loopback stays open there)."""
+    """A port on the machine's 127.0.0.1 and the JSON each connection to it sent: what learner
+    code reached outside its grading's network namespace (nothing, unless the namespace is off:
+    ``LABKIT_NETWORK=shared``)."""
     server = socket.create_server(("127.0.0.1", 0))
     server.settimeout(0.2)
     reports: list[dict[str, object]] = []

@@ -13,7 +13,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import httpx
 import nbformat
@@ -24,6 +23,7 @@ import solutions.aiohttp_proxy
 import solutions.proxy
 from labkit import capture_stream, serve, serve_subprocess
 from labkit.servers import ServerHandle
+from tests.grading.folder_reports import REPORTER, folder_reports
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "sk-canary-7f3a9c1e5b2d4e6f8a0b"
@@ -150,17 +150,16 @@ def test_notebook_outputs_hold_no_secret(path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # The grader: learner code sees no secrets and no other submission's files
 
-# The sandbox lets learner code write only into its own folder, so the spy reports what it saw
-# over loopback (which stays open: the grader reaches the proxy that way).
+# The sandbox lets learner code write only into its own folder, and a grading's network is its
+# own, so the spy writes what it saw into its folder, where the test reads it (folder_reports).
 SPY = """\
-import json as _json, os as _os, socket as _socket
-with _socket.create_connection(("127.0.0.1", {port}), timeout=5) as _out:
-    _out.sendall(_json.dumps({{
-        "env": dict(_os.environ),
-        "cwd": _os.getcwd(),
-        "listing": sorted(_os.listdir(".")),
-        "other": _os.path.exists({other!r}),
-    }}).encode() + b"\\n")
+import os as _os
+_report({{
+    "env": dict(_os.environ),
+    "cwd": _os.getcwd(),
+    "listing": sorted(_os.listdir(".")),
+    "other": _os.path.exists({other!r}),
+}})
 print("ENVIRONMENT", dict(_os.environ))  # feedback must not carry this either
 
 """
@@ -168,43 +167,43 @@ print("ENVIRONMENT", dict(_os.environ))  # feedback must not carry this either
 
 @pytest.mark.slow
 def test_grader_runs_learner_code_without_secrets_or_other_files(
-    tmp_path: Path, loopback_reports: tuple[int, list[dict[str, Any]]]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     mine, theirs = tmp_path / "alice", tmp_path / "bob"
     mine.mkdir()
     theirs.mkdir()
     (mine / "notes.txt").write_text("alice's private notes")
     (theirs / "notes.txt").write_text(f"bob's notes {CANARY}")
-    port, runs = loopback_reports
     reference = Path(solutions.proxy.__file__).read_text()
     future_import = "from __future__ import annotations\n"
     head, _, rest = reference.partition(future_import)
-    spy = SPY.format(port=port, other=str(theirs / "notes.txt"))
+    spy = REPORTER + SPY.format(other=str(theirs / "notes.txt"))
     (mine / "proxy.py").write_text(head + future_import + "\n" + spy + rest)
 
-    env = {
-        **os.environ,
-        "UPSTREAM_API_KEY": CANARY,
-        "OPENAI_API_KEY": CANARY,
-        "LABKIT_INSTRUCTOR_SECRET": CANARY,
-    }
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "labkit.cli",
-            "grade",
-            str(mine / "proxy.py"),
-            "--only",
-            "trickle",
-            "--json",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        cwd=tmp_path,
-    )
+    with folder_reports(tmp_path / "homes", monkeypatch) as runs:
+        env = {
+            **os.environ,
+            "UPSTREAM_API_KEY": CANARY,
+            "OPENAI_API_KEY": CANARY,
+            "LABKIT_INSTRUCTOR_SECRET": CANARY,
+        }
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "labkit.cli",
+                "grade",
+                str(mine / "proxy.py"),
+                "--only",
+                "trickle",
+                "--json",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=110,
+            cwd=tmp_path,
+        )
     assert result.returncode in (0, 1), result.stderr[-2000:]
     assert CANARY not in result.stdout + result.stderr
 
