@@ -15,8 +15,9 @@ Two ways a proxy makes streams wait, and what tells each apart:
   upstream connection for its whole life, and httpx's default pool (like aiohttp's) has 100: the
   101st stream waits in the pool until a stream ends and gives its connection back. The mock's
   records show it without any clock: a stream that reached the upstream only after another
-  stream of the burst had ended there waited for a connection (``reached_upstream_together``
-  counts those that did not). Through a big enough pool all STREAMS reach it within the
+  stream of the burst had ended there waited for a connection (``reached_upstream_late`` counts
+  them, ``reached_upstream_together`` the others; a request that never reached the upstream is
+  in neither). Through a big enough pool all STREAMS reach it within the
   ARRIVE_OVER_S they are sent over (a little later on a slow machine), while the first stream
   ends 5 s after it arrived; through a 100-connection pool 10 of them arrive only after the first
   streams end. The waiting streams
@@ -113,6 +114,9 @@ class Measured:
     #: Streams that reached the upstream before any stream of the burst had ended there (None:
     #: an upstream that keeps no records, a real engine).
     reached_together: int | None = None
+    #: Streams that reached it only after one of the burst had ended there (waited for a
+    #: connection).
+    reached_late: int | None = None
 
 
 async def _one(
@@ -144,11 +148,11 @@ async def _probe(ctx: CheckContext, stop: asyncio.Event, client: httpx.AsyncClie
     return latencies
 
 
-def reached_together(records: list[Record], seeds: range, since: float = 0.0) -> int:
+def reached_together(records: list[Record], seeds: range, since: float = 0.0) -> tuple[int, int]:
     """How many of the burst's requests (tagged with ``seeds``) reached the upstream before any
-    of them had ended there: those after it waited for another stream to give its connection
-    back. A request that never reached the upstream is not counted, nor one from before
-    ``since`` (wall time: an earlier attempt of the same check)."""
+    of them had ended there, and how many only after: those waited for another stream to give
+    its connection back. A request that never reached the upstream is in neither, nor one from
+    before ``since`` (wall time: an earlier attempt of the same check)."""
     burst = [
         r
         for r in records
@@ -156,7 +160,8 @@ def reached_together(records: list[Record], seeds: range, since: float = 0.0) ->
     ]
     ends = [r["ended_at"] for r in burst if r.get("ended_at") is not None]
     first_end = min(ends, default=float("inf"))
-    return sum(r["started_at"] < first_end for r in burst)
+    together = sum(r["started_at"] < first_end for r in burst)
+    return together, len(burst) - together
 
 
 async def _measure(
@@ -195,8 +200,10 @@ async def check_concurrency(ctx: CheckContext) -> CheckResult:
         ctx, STREAMS, lambda i: chat_body(FIRST_SEED + i, SCENARIO), DEADLINE_S, ARRIVE_OVER_S
     )
     seeds = range(FIRST_SEED, FIRST_SEED + STREAMS)
-    together = reached_together(await ctx.records(), seeds, since=time.time() - measured.elapsed)
-    return _judge(replace(measured, reached_together=together), MAX_PROBE_S)
+    together, late = reached_together(
+        await ctx.records(), seeds, since=time.time() - measured.elapsed
+    )
+    return _judge(replace(measured, reached_together=together, reached_late=late), MAX_PROBE_S)
 
 
 async def check_concurrency_on_engine(ctx: CheckContext) -> CheckResult:
@@ -240,14 +247,17 @@ def _judge(
         **(
             {}
             if measured.reached_together is None
-            else {"reached_upstream_together": measured.reached_together}
+            else {
+                "reached_upstream_together": measured.reached_together,
+                "reached_upstream_late": measured.reached_late,
+            }
         ),
         **(extra or {}),
         "elapsed_ms": ms(measured.elapsed),
     }
     all_through = len(measured.completed) == measured.streams
     blocked = slowest_probe > probe_limit_s
-    waited = measured.reached_together is not None and measured.reached_together < measured.streams
+    waited = bool(measured.reached_late)
     if all_through and not blocked and not waited:
         return result.passed("many concurrent streams all get through side by side", evidence)
     if idle_probe > idle_limit:
@@ -264,19 +274,19 @@ def _judge(
             evidence,
             BLOCKING_ADVICE,
         )
+    if paused:  # a pause also delays arrivals: it can make streams look as if they waited
+        return result.inconclusive(
+            "inconclusive: the machine paused while the proxy was being timed",
+            f"the slowest of {len(latencies)} probes took {ms(slowest_probe)} ms but the median "
+            f"{ms(median_probe)} ms: a blocked event loop keeps every probe waiting, not one",
+            evidence,
+        )
     if waited:
         return result.failed(
             "some streams waited for a free upstream connection: the proxy's pool holds fewer "
             "connections than the streams it carries",
             evidence,
             POOL_ADVICE,
-        )
-    if paused:
-        return result.inconclusive(
-            "inconclusive: the machine paused while the proxy was being timed",
-            f"the slowest of {len(latencies)} probes took {ms(slowest_probe)} ms but the median "
-            f"{ms(median_probe)} ms: a blocked event loop keeps every probe waiting, not one",
-            evidence,
         )
     return result.failed(
         "some of many concurrent streams did not get through in time", evidence, BLOCKING_ADVICE

@@ -19,15 +19,24 @@ def test_streams_that_arrive_after_the_first_end_waited() -> None:
     records = [record(100 + i, 10.0 + 0.1 * i, 14.0 + 0.1 * i) for i in range(4)]
     records += [record(104, 14.05, 18.0), record(105, 14.2, 18.1)]  # after the first end, 14.0
     records += [record(999, 9.0, 9.5)]  # another check's request: not counted
-    assert reached_together(records, SEEDS) == 4
+    assert reached_together(records, SEEDS) == (4, 2)
 
 
 def test_a_request_that_never_ended_does_not_hide_the_others() -> None:
     records = [record(100 + i, 10.0 + 0.1 * i, None) for i in range(6)]
-    assert reached_together(records, SEEDS) == 6
+    assert reached_together(records, SEEDS) == (6, 0)
+
+
+def test_an_earlier_attempt_and_a_request_that_never_arrived_are_not_late() -> None:
+    """Five of six arrived together (one never reached the upstream: not a pool wait), and an
+    earlier attempt of the check, before ``since``, ended long before them."""
+    records = [record(100 + i, 10.0 + 0.1 * i, 14.0) for i in range(5)]
+    records += [record(100, 2.0, 3.0)]
+    assert reached_together(records, SEEDS, since=9.0) == (5, 0)
 
 
 def measured(together: int | None, slowest_probe: float = 0.01) -> Measured:
+    late = None if together is None else 6 - together
     return Measured(
         streams=6,
         completed=[Capture("http://proxy", terminal="done", total_time=4.0)] * 6,
@@ -35,6 +44,7 @@ def measured(together: int | None, slowest_probe: float = 0.01) -> Measured:
         probes=[0.003] * 20 + [slowest_probe],
         elapsed=8.0,
         reached_together=together,
+        reached_late=late,
     )
 
 
@@ -44,10 +54,18 @@ def test_all_through_but_some_waited_for_a_connection_fails_on_the_pool() -> Non
     assert result.verdict.startswith("some streams waited for a free upstream connection")
     assert "httpx.Limits" in result.hint
     assert result.evidence["reached_upstream_together"] == 4
+    assert result.evidence["reached_upstream_late"] == 2
+
+
+def test_a_machine_pause_is_inconclusive_even_when_it_delayed_arrivals() -> None:
+    """One slow probe with a fast median is a pause of the machine, which also delays the
+    requests sent meanwhile: not a verdict on the pool."""
+    result = _judge(measured(4, slowest_probe=4.2), MAX_PROBE_S)
+    assert result.status == "skipped" and result.verdict.startswith("inconclusive:")
 
 
 def test_a_blocked_loop_is_named_before_the_pool() -> None:
-    blocked = Measured(6, [], [0.002] * 5, [2.0] * 20, 8.0, 1)
+    blocked = Measured(6, [], [0.002] * 5, [2.0] * 20, 8.0, 1, 0)
     result = _judge(blocked, MAX_PROBE_S)
     assert result.verdict.startswith("the proxy stops answering while it waits on the upstream")
 
