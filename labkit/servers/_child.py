@@ -26,7 +26,7 @@ from typing import Any
 import uvicorn
 
 from labkit.errors import PortInUseError, ServerStartError
-from labkit.servers._handles import bind_socket
+from labkit.servers._handles import KEEP_ALIVE_S, bind_socket
 from labkit.servers._status import ChildStatus
 
 GRACEFUL_TIMEOUT = 1
@@ -130,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         access_log=False,
         lifespan="auto",
         timeout_graceful_shutdown=GRACEFUL_TIMEOUT,
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
     server = uvicorn.Server(config)
     watcher = threading.Thread(

@@ -101,6 +101,16 @@ class ExternalServer(ServerHandle):
         return None
 
 
+KEEP_ALIVE_S = 75
+"""How long the servers labkit starts keep an idle connection open (uvicorn's default is 5 s).
+
+A server must keep idle connections longer than its clients do, or a client reuses a pooled
+connection at the moment the server closes it, and that request fails before it was sent.
+httpx keeps idle connections for 5 s: against uvicorn's 5 s, one stream of 110 in the grader's
+``concurrency`` check, sent about 5 s after the streams before it, was lost that way at half a
+CPU. 75 s is nginx's default ``keepalive_timeout``."""
+
+
 def bind_socket(host: str, port: int, *, name: str) -> socket.socket:
     """A listening TCP socket on ``host:port`` (port 0: the OS picks a free one).
 

@@ -25,7 +25,7 @@ from typing import Any
 import uvicorn
 
 from labkit.errors import AppStartupError, ServerExitedError, StartTimeoutError
-from labkit.servers._handles import ServerHandle, bind_socket, registry
+from labkit.servers._handles import KEEP_ALIVE_S, ServerHandle, bind_socket, registry
 
 __all__ = ["DEFAULT_GRACEFUL_TIMEOUT", "DEFAULT_START_TIMEOUT", "ThreadServer"]
 
@@ -106,6 +106,7 @@ class ThreadServer(ServerHandle):
             access_log=False,
             lifespan="auto",
             timeout_graceful_shutdown=graceful_timeout,
+            timeout_keep_alive=KEEP_ALIVE_S,
         )
         self._server = uvicorn.Server(self._config)
         self._thread: threading.Thread | None = None
