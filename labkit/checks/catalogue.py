@@ -159,7 +159,7 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "concurrency",
         concurrency.check_concurrency,
-        22.0,
+        26.0,
         "many concurrent streams all get through",
         concurrency.STEP,
         on_engine=concurrency.check_concurrency_on_engine,
