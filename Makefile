@@ -8,11 +8,12 @@ STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(wildcard notebooks/*.ipynb)
 PYTEST_NBVAL := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider
 
-.PHONY: help lab test engine system-packages lint typecheck unit nbval grade student bench bench-quick doctor clean lock
+.PHONY: help lab test check engine system-packages lint typecheck unit nbval grade student bench bench-quick doctor clean lock
 
 help:
 	@echo "make lab      JupyterLab on notebooks/ (127.0.0.1, token auth on)"
 	@echo "make test     lint, type check, unit + integration tests, nbval over the notebooks"
+	@echo "make check    lint, type check and the tests that open no socket and start no process (~2 min)"
 	@echo "make grade SUBMISSION=path/to/proxy.py   grade one learner's proxy"
 	@echo "make student  the learner bundle (notebooks, proxy.py stubbed, set-up) in student/"
 	@echo "make bench    benchmarks, ~14 min (make bench-quick: ~1 min); results in bench/results/"
@@ -88,6 +89,13 @@ system-packages:
 	elif [ -n "$$optional" ]; then \
 	  echo "note: without$$optional the sandbox or browser tests are skipped (Linux: apt-get install$$optional)"; \
 	fi
+
+# The quick loop while changing code: lint, types and every test that runs inside the pytest
+# process (judges, decoders, regions, the bundle maker, the rubric, reports). Tests that open a
+# socket or start a process are marked `sockets` and left to `make test`; under --in-process an
+# unmarked one fails, saying so (tests/in_process.py). Timed in docs/measurements.md.
+check: lint typecheck
+	$(BIN)/pytest tests --in-process
 
 lint: $(STAMP)
 	$(BIN)/ruff check labkit mock_upstream solutions tests bench

@@ -1,5 +1,6 @@
-"""Fixtures for every test: ``solutions`` importable in child processes, and a guard that each
-test stops the servers it started.
+"""Fixtures for every test: ``solutions`` importable in child processes, a guard that each
+test stops the servers it started, and ``--in-process`` (``make check``: only the tests that open
+no socket and start no process; see ``tests/in_process.py``).
 
 pytest puts the repository root on its own ``sys.path`` (``pythonpath`` in pyproject.toml);
 the proxies the tests start in child processes, and the grader's worker, find it through
@@ -12,19 +13,43 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
 from labkit.engine import EngineHandle
 from labkit.servers._handles import registry
+from tests import in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
 )
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    in_process.addoption(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    in_process.configure(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    in_process.unconfigure(config)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    in_process.deselect_marked(config, items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    return (yield from in_process.fail_attempts(item))
 
 
 @pytest.fixture

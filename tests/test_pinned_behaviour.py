@@ -35,6 +35,7 @@ def test_zlib_holds_small_writes_until_a_sync_flush() -> None:
 
 
 @pytest.mark.parametrize(("keepalive", "kept"), [(2, 4), (10, 5)])
+@pytest.mark.sockets
 def test_httpx_pool_closes_a_finished_connection_once_it_holds_more_than_the_keepalive_count(
     keepalive: int, kept: int
 ) -> None:

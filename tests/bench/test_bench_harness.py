@@ -188,6 +188,7 @@ def test_every_kind_of_configuration_has_its_launcher() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.sockets
 def test_loadgen_measures_a_small_steady_run_against_the_mock() -> None:
     mock = configs.start_mock(ttft_ms=10, tps=50.0, tokens=10)
     try:
@@ -223,6 +224,7 @@ def test_loadgen_measures_a_small_steady_run_against_the_mock() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.sockets
 def test_a_staggered_burst_counts_tokens_and_measures_interval_errors() -> None:
     mock = configs.start_mock(ttft_ms=0, tps=20.0, tokens=10)
     try:

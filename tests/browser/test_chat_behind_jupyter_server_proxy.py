@@ -23,6 +23,8 @@ from labkit import MockUpstream, ThreadServer
 from labkit.chat.browser import ChatBrowser, ChatTab
 from labkit.chat.hub import hub_link
 
+pytestmark = pytest.mark.sockets
+
 PROMPT = "Explain how a streaming proxy keeps tokens flowing."
 TWO_SECONDS = {"ttft_ms": 100, "tps": 20, "tokens": 40}
 LONG = {"ttft_ms": 100, "tps": 20, "tokens": 400}  # 20 s: only Stop ends it in time

@@ -36,6 +36,7 @@ def test_without_chromium_on_path_the_reason_is_one_line(monkeypatch: pytest.Mon
     assert problem.startswith("no Chromium found on PATH: install it (Debian/Ubuntu: apt-get")
 
 
+@pytest.mark.sockets
 def test_a_chromium_that_does_not_start_says_so(tmp_path: Path) -> None:
     fake = tmp_path / "chromium"
     fake.write_text("#!/bin/sh\nexit 1\n")

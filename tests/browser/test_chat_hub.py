@@ -37,6 +37,7 @@ def test_the_link_comes_from_the_hubs_prefix_and_is_none_without_one(
     assert hub_link(9001) is None
 
 
+@pytest.mark.sockets
 def test_importing_it_changes_nothing_until_a_server_loads_it() -> None:
     script = (
         "import sys, labkit.chat.hub as hub\n"
@@ -59,6 +60,7 @@ def test_importing_it_changes_nothing_until_a_server_loads_it() -> None:
     assert again.startswith("jupyter-server-proxy already closes")
 
 
+@pytest.mark.sockets
 def test_the_bundles_post_build_enables_it_where_the_jupyter_server_reads_it(
     tmp_path: Path,
 ) -> None:

@@ -19,6 +19,8 @@ from starlette.routing import Mount, Route
 from labkit import MockUpstream, capture_stream, chat_page, serve
 from labkit.chat.browser import ChatBrowser, ChatTab
 
+pytestmark = pytest.mark.sockets
+
 CHAT = "/v1/chat/completions"
 PROMPT = "Explain how a streaming proxy keeps tokens flowing."
 FAST = {"ttft_ms": 100, "tps": 50, "tokens": 20}  # 0.5 s

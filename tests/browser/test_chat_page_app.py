@@ -14,6 +14,7 @@ from labkit.chat import MACHINE_BEGIN, MACHINE_END, machine_source, page_html
 TESTIDS = ("prompt", "scenario", "send", "stop", "state", "answer")
 
 
+@pytest.mark.sockets
 def test_the_page_is_served_where_it_is_mounted_with_every_testid() -> None:
     app = FastAPI()
     app.mount("/chat", chat_page())
@@ -29,6 +30,7 @@ def test_the_page_is_served_where_it_is_mounted_with_every_testid() -> None:
     assert posted.status_code == 405 and "only answers GET" in posted.text
 
 
+@pytest.mark.sockets
 def test_the_page_fetches_nothing_but_its_own_origin() -> None:
     html = page_html()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)

@@ -11,6 +11,8 @@ import pytest
 
 from labkit.engine import EngineHandle
 
+pytestmark = pytest.mark.sockets
+
 KILLED_KERNEL = """
 import os
 from concurrent.futures import ThreadPoolExecutor

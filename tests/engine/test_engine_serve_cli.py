@@ -11,9 +11,12 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from labkit.engine import EngineHandle
 from labkit.servers import bind_socket
+
+pytestmark = pytest.mark.sockets
 
 LABKIT = Path(sys.executable).with_name("labkit")
 

@@ -487,6 +487,7 @@ def servers(mock: ServerHandle, engine: EngineHandle) -> dict[str, Server]:
 
 
 @pytest.mark.parametrize("probe", list(PROBES))
+@pytest.mark.sockets
 def test_the_mock_answers_each_probe_as_the_engine_does(
     probe: str, servers: dict[str, Server]
 ) -> None:
@@ -530,6 +531,7 @@ def test_a_difference_passes_only_when_listed_with_the_values_both_servers_show(
     assert "now mock 400 / engine 422" in changed
 
 
+@pytest.mark.sockets
 def test_the_slow_reader_probe_tells_a_server_that_pauses_apart(mock: ServerHandle) -> None:
     """The probe's own mutant: a mock that pauses while its reader's socket is full stops at
     about a tenth of what was asked."""

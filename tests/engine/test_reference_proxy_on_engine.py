@@ -35,6 +35,8 @@ from labkit import EngineHandle, SubprocessServer, capture_stream, serve_subproc
 from tests.engine_support import wait_until
 from tests.grading.grading_support import write_variant
 
+pytestmark = pytest.mark.sockets
+
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "solutions" / "proxy.py"
 CHAT = "/v1/chat/completions"

@@ -33,6 +33,7 @@ def test_a_standstill_is_judged_on_the_sent_count() -> None:
     assert _held_back([*flowing, *full])
 
 
+@pytest.mark.sockets
 def test_a_window_that_closes_before_the_buffers_fill_is_inconclusive_not_a_failure(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -15,6 +15,7 @@ from labkit.checks.runner import run_one
 from labkit.servers import ServerHandle
 
 
+@pytest.mark.sockets
 def test_reference_passes_the_quick_checks_in_catalogue_order(
     reference_proxy: ServerHandle, mock: ServerHandle, usage_log: Path
 ) -> None:
@@ -29,6 +30,7 @@ def test_reference_passes_the_quick_checks_in_catalogue_order(
     assert str(results[0]) == "PASS trickle: tokens reach the client as the upstream generates them"
 
 
+@pytest.mark.sockets
 def test_reference_passes_the_incident_checks(
     reference_proxy: ServerHandle, mock: ServerHandle, usage_log: Path
 ) -> None:
@@ -52,6 +54,7 @@ def test_reference_passes_the_incident_checks(
     assert results[2].evidence["log_outcomes"] == "error"
 
 
+@pytest.mark.sockets
 def test_an_early_error_is_judged_on_the_stream_alone_without_a_usage_log(
     reference_proxy: ServerHandle, mock: ServerHandle
 ) -> None:
@@ -64,6 +67,7 @@ def test_an_early_error_is_judged_on_the_stream_alone_without_a_usage_log(
     )
 
 
+@pytest.mark.sockets
 def test_usage_is_skipped_without_a_usage_log(
     reference_proxy: ServerHandle, mock: ServerHandle
 ) -> None:
@@ -72,6 +76,7 @@ def test_usage_is_skipped_without_a_usage_log(
     assert str(result) == "SKIP usage: skipped: no usage log to read"
 
 
+@pytest.mark.sockets
 def test_an_unreachable_proxy_is_a_failed_check_not_an_exception(mock: ServerHandle) -> None:
     [result] = run_checks("http://127.0.0.1:9", upstream_url=mock.url, only=["trickle"])
     assert not result.passed

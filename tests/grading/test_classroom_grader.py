@@ -194,6 +194,7 @@ def _rubric_and_lock_changed(bundle: Path) -> list[str]:
     "tamper",
     [_pass_everything_in_the_checks, _entry_point_returns_zero, _rubric_and_lock_changed],
 )
+@pytest.mark.sockets
 def test_a_bundle_whose_grader_was_edited_gives_a_stubbed_proxy_no_passing_step(
     pristine: Path, tmp_path: Path, tamper: Any
 ) -> None:
@@ -268,6 +269,7 @@ def test_a_rubric_classroom_cannot_count_is_refused_before_anything_is_written(
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # installs the grader's lock from PyPI into a new venv
+@pytest.mark.sockets
 def test_the_untouched_bundle_grades_through_its_workflow(pristine: Path, tmp_path: Path) -> None:
     """The same workflow, run on the bundle as made: the reference passes its graded steps and
     the stubbed proxy passes none (so the test above fails for the right reason)."""

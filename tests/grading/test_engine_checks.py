@@ -47,6 +47,7 @@ def test_engine_sockets_are_seen_only_for_an_engine_on_this_machine() -> None:
     assert local is not None and local.port == 8080
 
 
+@pytest.mark.sockets
 def test_a_connection_closed_by_the_client_is_seen_at_once() -> None:
     """What ``cancel_before_first_token`` times on the engine: the peer's close, not ours."""
     server = socket.create_server(("127.0.0.1", 0))
@@ -72,6 +73,7 @@ def test_a_connection_closed_by_the_client_is_seen_at_once() -> None:
         server.close()
 
 
+@pytest.mark.sockets
 def test_a_connection_the_engine_closed_first_is_not_the_clients_doing() -> None:
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
@@ -198,6 +200,7 @@ def test_engine_usage_errors_say_what_to_do_and_exit_2(
     assert capsys.readouterr().err == f"error: {message}\n"
 
 
+@pytest.mark.sockets
 def test_an_engine_that_does_not_answer_is_a_setup_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -21,6 +21,8 @@ from labkit.grading.roster import Submission, grade_in_worker
 from labkit.grading.rubric import Rubric
 from tests.engine_support import require_engine_or_skip
 
+pytestmark = pytest.mark.sockets
+
 # What a broken proxy fails on the mock that the engine cannot make it fail, and why.
 ENGINE_BLIND = {
     ("usage_only_without_choices", "usage"): "the engine puts its usage on a choices: [] chunk, "

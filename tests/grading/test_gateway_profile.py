@@ -79,6 +79,7 @@ def minute_stream_results() -> Iterator[dict[str, CheckResult]]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
+@pytest.mark.sockets
 def test_minute_stream_passes_the_reference_and_fails_each_way_of_losing_it(
     minute_stream_results: dict[str, CheckResult],
 ) -> None:

@@ -82,6 +82,7 @@ def _install(lock: Path, venv: Path) -> tuple[int, int]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # two installs from PyPI (uv's cache makes them seconds the second time)
+@pytest.mark.sockets
 def test_the_grader_alone_is_much_smaller_and_grades_the_reference_to_full_marks(
     tmp_path: Path,
 ) -> None:

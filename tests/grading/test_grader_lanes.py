@@ -10,6 +10,8 @@ import pytest
 
 from labkit.grading.grader import agrade_file
 
+pytestmark = pytest.mark.sockets
+
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTION = (ROOT / "solutions" / "proxy.py").read_text(encoding="utf-8")
 

@@ -96,6 +96,7 @@ def test_the_zip_has_gradescopes_entry_points_at_its_root_and_no_solution(
 
 
 @pytest.mark.slow
+@pytest.mark.sockets
 def test_a_correct_proxy_scores_full_marks(tmp_path: Path, autograder_zip: Path) -> None:
     root = _root(tmp_path, autograder_zip)
     shutil.copy(REFERENCE, root / "submission" / "proxy.py")
@@ -111,6 +112,7 @@ def test_a_correct_proxy_scores_full_marks(tmp_path: Path, autograder_zip: Path)
 
 
 @pytest.mark.slow
+@pytest.mark.sockets
 def test_a_broken_proxy_fails_its_check(tmp_path: Path, autograder_zip: Path) -> None:
     root = _root(tmp_path, autograder_zip)
     write_variant("no_usage", tmp_path)
@@ -123,6 +125,7 @@ def test_a_broken_proxy_fails_its_check(tmp_path: Path, autograder_zip: Path) ->
     assert _cents(t["score"] for t in results["tests"]) == round(results["score"] * 100)
 
 
+@pytest.mark.sockets
 def test_a_syntax_error_scores_zero_with_a_message(tmp_path: Path, autograder_zip: Path) -> None:
     root = _root(tmp_path, autograder_zip)
     (root / "submission" / "proxy.py").write_text("def broken(:\n")
@@ -131,6 +134,7 @@ def test_a_syntax_error_scores_zero_with_a_message(tmp_path: Path, autograder_zi
     assert "proxy.py has a syntax error" in results["output"]
 
 
+@pytest.mark.sockets
 def test_a_misnamed_file_is_graded_and_the_feedback_says_so(
     tmp_path: Path, autograder_zip: Path
 ) -> None:
@@ -152,6 +156,7 @@ def test_a_misnamed_file_is_graded_and_the_feedback_says_so(
         ({"a.py": "", "b.py": ""}, "Your upload has no proxy.py but several Python files"),
     ],
 )
+@pytest.mark.sockets
 def test_an_upload_without_a_proxy_gets_a_message_that_says_what_to_upload(
     tmp_path: Path, autograder_zip: Path, files: dict[str, str], message: str
 ) -> None:
@@ -163,6 +168,7 @@ def test_an_upload_without_a_proxy_gets_a_message_that_says_what_to_upload(
     assert results["output"].startswith(message)
 
 
+@pytest.mark.sockets
 def test_a_grader_that_cannot_start_still_leaves_results(
     tmp_path: Path, autograder_zip: Path
 ) -> None:
@@ -220,6 +226,7 @@ def _managed_python(install_dir: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # uv and the grader's lock from PyPI: a minute idle here
+@pytest.mark.sockets
 def test_setup_sh_installs_a_released_python_with_uv_and_the_grader(
     tmp_path: Path, autograder_zip: Path
 ) -> None:
@@ -357,6 +364,7 @@ def test_labkit_autograder_gradescope_prints_the_points_to_set(
 
 
 @pytest.mark.parametrize("kind", ["syntax_error", "stubbed"])
+@pytest.mark.sockets
 def test_grade_gradescope_writes_what_run_autograder_writes(tmp_path: Path, kind: str) -> None:
     """`labkit grade FILE --gradescope` and Gradescope's own entry point, on the same file:
     the same results, but for the time each took."""

@@ -75,6 +75,7 @@ def test_a_bad_rubric_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFix
     assert "unknown check 'trikle' in [weights]" in capsys.readouterr().err
 
 
+@pytest.mark.sockets
 def test_a_worker_that_cannot_set_up_grading_raises_grading_error_with_its_reason(
     tmp_path: Path,
 ) -> None:
@@ -104,6 +105,7 @@ def test_a_worker_outcome_is_a_report_or_a_setup_error_and_nothing_else() -> Non
             WorkerOutcome.parse(text)
 
 
+@pytest.mark.sockets
 def test_a_syntax_error_is_reported_plainly_and_scored_zero(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -128,6 +130,7 @@ def test_a_syntax_error_is_reported_plainly_and_scored_zero(
     assert results["output"].startswith("alice.py has a syntax error")
 
 
+@pytest.mark.sockets
 def test_json_output_reports_checks_by_id(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -140,6 +143,7 @@ def test_json_output_reports_checks_by_id(
     assert report["score"] == 0
 
 
+@pytest.mark.sockets
 def test_black_box_grading_skips_only_what_needs_the_usage_log(
     reference_proxy: ServerHandle, mock: ServerHandle, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -159,6 +163,7 @@ def test_black_box_grading_skips_only_what_needs_the_usage_log(
 
 
 @pytest.mark.slow
+@pytest.mark.sockets
 def test_a_batch_of_broken_submissions_is_graded_to_the_end(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -187,6 +192,7 @@ def test_a_batch_of_broken_submissions_is_graded_to_the_end(
     assert err.count("/7] ") == 7
 
 
+@pytest.mark.sockets
 def test_learner_code_does_not_see_the_instructors_secrets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -23,6 +23,8 @@ from labkit.grading.isolation import choose
 from labkit.grading.roster import Submission, grade_many
 from labkit.grading.rubric import Rubric
 
+pytestmark = pytest.mark.sockets
+
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = (ROOT / "solutions" / "proxy.py").read_text(encoding="utf-8")
 PLANTED = Path(labkit.checks.__file__).parent / "planted_by_submission.py"

@@ -55,6 +55,7 @@ def _run_inside(tmp_path: Path, *, cgroup: Cgroup | None = None) -> dict[str, ob
     return seen
 
 
+@pytest.mark.sockets
 def test_inside_the_sandbox_only_its_own_folder_is_there_and_writable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -68,6 +69,7 @@ def test_inside_the_sandbox_only_its_own_folder_is_there_and_writable(
         assert seen["uid"] == 65534, "as root, learner code runs as nobody"
 
 
+@pytest.mark.sockets
 def test_a_cgroup_limits_memory_and_is_removed_with_its_processes(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("cgroups are made only as root")
@@ -94,6 +96,7 @@ def test_no_sandbox_says_so_and_why() -> None:
         assert "grader's own rights" in shown
 
 
+@pytest.mark.sockets
 def test_without_a_sandbox_root_still_runs_learner_code_as_a_user_it_can_reap() -> None:
     """Gradescope's containers refuse bubblewrap: the proxy still cannot write as root, and a
     daemon it leaves in a session of its own dies when the grading ends."""
@@ -124,6 +127,7 @@ def test_labkit_sandbox_none_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> No
     assert choose().kind == "none"
 
 
+@pytest.mark.sockets
 def test_the_mock_keeps_its_books_to_whoever_has_the_token() -> None:
     with serve(create_app(debug_token="s3cret"), name="closed-books") as mock:
         for path in ("/debug/requests", "/metrics"):
@@ -157,6 +161,7 @@ def test_a_cgroup_is_made_below_the_graders_own(tmp_path: Path) -> None:
         cgroup.remove()
 
 
+@pytest.mark.sockets
 def test_the_served_process_is_found_inside_the_sandbox_wrappers(tmp_path: Path) -> None:
     """Its memory is what backpressure reports; the wrappers' command lines also name it."""
     submission = tmp_path / "proxy.py"

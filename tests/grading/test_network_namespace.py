@@ -79,6 +79,7 @@ def namespace_here() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.usefixtures("namespace_here")
+@pytest.mark.sockets
 def test_learner_code_cannot_reach_the_machines_loopback_and_the_reference_scores_full_marks(
     tmp_path: Path,
     loopback_reports: tuple[int, list[dict[str, object]]],
@@ -100,6 +101,7 @@ def test_learner_code_cannot_reach_the_machines_loopback_and_the_reference_score
 
 
 @pytest.mark.slow
+@pytest.mark.sockets
 def test_without_a_namespace_grading_goes_on_shared_and_the_report_says_why(
     tmp_path: Path,
     loopback_reports: tuple[int, list[dict[str, object]]],
@@ -142,6 +144,7 @@ def _in_a_child(
 
 
 @pytest.mark.usefixtures("namespace_here")
+@pytest.mark.sockets
 def test_the_namespace_has_only_a_working_loopback_of_its_own(
     loopback_reports: tuple[int, list[dict[str, object]]],
 ) -> None:
@@ -152,6 +155,7 @@ def test_the_namespace_has_only_a_working_loopback_of_its_own(
     assert seen["reached"] is False and reached == []
 
 
+@pytest.mark.sockets
 def test_a_user_other_than_root_gets_one_through_a_user_namespace(
     loopback_reports: tuple[int, list[dict[str, object]]],
 ) -> None:
@@ -180,6 +184,7 @@ network._bring_up_loopback = _refused
 
 
 @pytest.mark.usefixtures("namespace_here")
+@pytest.mark.sockets
 def test_a_namespace_that_fails_halfway_leaves_the_grader_on_the_machines_network(
     loopback_reports: tuple[int, list[dict[str, object]]],
 ) -> None:
@@ -201,6 +206,7 @@ def test_a_bad_labkit_network_value_says_what_it_takes(monkeypatch: pytest.Monke
     )
 
 
+@pytest.mark.sockets
 def test_grading_a_url_or_in_process_says_the_network_was_shared(tmp_path: Path) -> None:
     closed = "http://127.0.0.1:9"  # discard: nothing answers, so grading stops at once
     by_url = asyncio.run(agrade_url(closed, closed, only=["trickle"]))

@@ -19,6 +19,8 @@ from labkit.servers import ServerHandle
 from solutions import aiohttp_proxy
 from solutions import proxy as reference
 
+pytestmark = pytest.mark.sockets
+
 CHAT = "/v1/chat/completions"
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
 

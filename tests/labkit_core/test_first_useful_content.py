@@ -31,6 +31,7 @@ def body(**scenario: object) -> dict[str, object]:
     }
 
 
+@pytest.mark.sockets
 def test_a_filler_opening_flatters_ttft_but_not_first_useful_content(mock: ThreadServer) -> None:
     filler = capture_stream(mock.url + CHAT, json=body(filler_tokens=10))
     assert filler.ttft is not None and filler.first_useful_content is not None
@@ -40,12 +41,14 @@ def test_a_filler_opening_flatters_ttft_but_not_first_useful_content(mock: Threa
     assert says_something(first_useful.json()["choices"][0]["delta"]["content"])
 
 
+@pytest.mark.sockets
 def test_without_filler_the_first_token_is_the_first_useful_content(mock: ThreadServer) -> None:
     plain = capture_stream(mock.url + CHAT, json=body())
     assert plain.ttft is not None
     assert plain.first_useful_content == plain.ttft
 
 
+@pytest.mark.sockets
 def test_thinking_counts_for_ttft_but_is_not_useful_content(mock: ThreadServer) -> None:
     request = {
         "model": "mock-claude",

@@ -13,6 +13,7 @@ import socket
 import time
 
 import httpx
+import pytest
 from fastapi import FastAPI
 
 from labkit import serve, serve_subprocess
@@ -60,11 +61,13 @@ def test_the_keep_alive_outlasts_httpxs_pool_by_far() -> None:
     assert KEEP_ALIVE_S >= 10 * HTTPX_EXPIRY_S
 
 
+@pytest.mark.sockets
 def test_a_thread_server_answers_on_a_connection_idle_past_httpxs_expiry() -> None:
     with serve(app, name="keep-alive") as server:
         assert b"200 OK" in _two_requests_apart(server.port)
 
 
+@pytest.mark.sockets
 def test_a_child_server_answers_on_a_connection_idle_past_httpxs_expiry() -> None:
     with serve_subprocess("tests.labkit_core.test_keep_alive:app", name="keep-alive") as server:
         assert b"200 OK" in _two_requests_apart(server.port)

@@ -176,6 +176,7 @@ def test_external_server_url_message_is_pinned() -> None:
     )
 
 
+@pytest.mark.sockets
 def test_unbindable_address_message_is_pinned() -> None:
     from labkit.servers import bind_socket
 

@@ -22,6 +22,8 @@ from labkit import (
 )
 from mock_upstream import create_app
 
+pytestmark = pytest.mark.sockets
+
 FAST = {"ttft_ms": 20, "tps": 200, "tokens": 10}
 
 

@@ -19,9 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from bench.configs import uvicorn_argv
 from labkit.servers import ProcessServer, bind_socket
+
+pytestmark = pytest.mark.sockets
 
 REPORTS_NODELAY = """
 import os, socket

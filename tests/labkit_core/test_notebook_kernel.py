@@ -6,7 +6,10 @@ import textwrap
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
+
+pytestmark = pytest.mark.sockets
 
 CELLS = [
     """

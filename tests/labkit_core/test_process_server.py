@@ -12,6 +12,8 @@ import pytest
 from labkit import ServerExitedError, StartTimeoutError, running_servers
 from labkit.servers import ProcessServer, bind_socket
 
+pytestmark = pytest.mark.sockets
+
 # Serves GET / with 200 on the listening socket whose fd is in $LISTEN_FD, and starts a
 # grandchild (a sleep) that must die with it.
 SERVE_INHERITED = """

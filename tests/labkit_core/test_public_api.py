@@ -10,6 +10,8 @@ import re
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 import labkit
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -49,6 +51,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
         raise AssertionError("labkit.serve_forever resolved")
 
 
+@pytest.mark.sockets
 def test_the_graders_children_import_only_what_they_serve() -> None:
     """Bug: ``python -m labkit.servers._child`` imported ``labkit`` whole (FastAPI, the mock,
     the checks) before the learner's proxy, and the grader's mock child imported the grader:
@@ -125,6 +128,7 @@ def test_contract_signatures() -> None:
     assert inspect.signature(labkit.capture_stream).parameters["method"].default == "POST"
 
 
+@pytest.mark.sockets
 def test_importing_labkit_does_not_import_matplotlib_or_start_anything() -> None:
     import subprocess
     import sys

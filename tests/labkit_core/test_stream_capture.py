@@ -15,6 +15,8 @@ from labkit_core_support import INTERVAL_S, TOKENS, chat_frame
 
 from labkit import Capture, CaptureError, ThreadServer, acapture_stream, capture_stream, serve
 
+pytestmark = pytest.mark.sockets
+
 
 def wait_for(predicate: object, timeout: float = 2.0) -> None:
     deadline = time.monotonic() + timeout

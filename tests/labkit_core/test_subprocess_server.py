@@ -41,6 +41,7 @@ def write(folder: Path, name: str, source: str) -> Path:
     return path
 
 
+@pytest.mark.sockets
 def test_a_proxy_file_is_served_with_the_given_env(tmp_path: Path) -> None:
     write(tmp_path, "proxy.py", ECHO_ENV_APP)
     server = serve_subprocess(
@@ -54,6 +55,7 @@ def test_a_proxy_file_is_served_with_the_given_env(tmp_path: Path) -> None:
     assert not psutil.pid_exists(body["pid"]) or psutil.Process(body["pid"]).status() == "zombie"
 
 
+@pytest.mark.sockets
 def test_a_module_attribute_target_is_served(tmp_path: Path) -> None:
     write(tmp_path, "mypkg_app.py", ECHO_ENV_APP.replace("app = FastAPI()", "api = FastAPI()"))
     source = (tmp_path / "mypkg_app.py").read_text().replace("@app.get", "@api.get")
@@ -62,6 +64,7 @@ def test_a_module_attribute_target_is_served(tmp_path: Path) -> None:
         assert httpx.get(s.url).status_code == 200
 
 
+@pytest.mark.sockets
 def test_a_streaming_app_trickles_through_the_child(tmp_path: Path) -> None:
     write(
         tmp_path,
@@ -91,6 +94,7 @@ def test_a_streaming_app_trickles_through_the_child(tmp_path: Path) -> None:
     assert capture.gaps and min(capture.gaps) > 0.02
 
 
+@pytest.mark.sockets
 def test_a_syntax_error_is_reported_plainly(tmp_path: Path) -> None:
     write(tmp_path, "proxy.py", "from fastapi import FastAPI\napp = FastAPI(\n")
     with pytest.raises(TargetLoadError) as info:
@@ -102,6 +106,7 @@ def test_a_syntax_error_is_reported_plainly(tmp_path: Path) -> None:
     assert running_servers() == []
 
 
+@pytest.mark.sockets
 def test_an_import_error_is_reported_plainly(tmp_path: Path) -> None:
     write(tmp_path, "proxy.py", "import no_such_module_here\n")
     with pytest.raises(TargetLoadError) as info:
@@ -124,6 +129,7 @@ def test_every_way_a_child_can_fail_to_start_has_its_error_class(tmp_path: Path)
     assert ChildStatus.read(tmp_path / "not-written-yet.json") is None
 
 
+@pytest.mark.sockets
 def test_a_file_without_app_says_what_to_define(tmp_path: Path) -> None:
     write(tmp_path, "proxy.py", "from fastapi import FastAPI\napi = FastAPI()\n")
     with pytest.raises(TargetLoadError) as info:
@@ -133,6 +139,7 @@ def test_a_file_without_app_says_what_to_define(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.sockets
 def test_a_child_that_dies_early_shows_the_tail_of_its_stderr(tmp_path: Path) -> None:
     write(
         tmp_path,
@@ -151,6 +158,7 @@ def test_a_child_that_dies_early_shows_the_tail_of_its_stderr(tmp_path: Path) ->
     )
 
 
+@pytest.mark.sockets
 def test_an_app_raising_at_startup_in_the_child(tmp_path: Path) -> None:
     write(
         tmp_path,
@@ -172,6 +180,7 @@ def test_an_app_raising_at_startup_in_the_child(tmp_path: Path) -> None:
     assert info.value.error == "RuntimeError: no upstream configured"
 
 
+@pytest.mark.sockets
 def test_port_in_use_in_the_child_is_the_same_typed_error(tmp_path: Path) -> None:
     write(tmp_path, "proxy.py", ECHO_ENV_APP)
     with socket.socket() as taken:
@@ -193,6 +202,7 @@ def test_a_missing_file_or_malformed_target_is_rejected_before_starting(tmp_path
         serve_subprocess("not a target")
 
 
+@pytest.mark.sockets
 def test_stop_kills_the_childs_whole_process_group(tmp_path: Path) -> None:
     write(
         tmp_path,
@@ -215,6 +225,7 @@ def test_stop_kills_the_childs_whole_process_group(tmp_path: Path) -> None:
     assert not server.running
 
 
+@pytest.mark.sockets
 def test_stop_is_quick_even_with_an_open_stream(tmp_path: Path) -> None:
     write(
         tmp_path,
@@ -243,6 +254,7 @@ def test_stop_is_quick_even_with_an_open_stream(tmp_path: Path) -> None:
     assert "still here" not in server.stderr()
 
 
+@pytest.mark.sockets
 def test_interpreter_exit_stops_thread_and_child_servers(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -268,6 +280,7 @@ def test_interpreter_exit_stops_thread_and_child_servers(tmp_path: Path) -> None
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == "zombie"
 
 
+@pytest.mark.sockets
 def test_a_missing_working_folder_is_a_start_error(tmp_path: Path) -> None:
     write(tmp_path, "proxy.py", ECHO_ENV_APP)
     with pytest.raises(ServerStartError) as info:
@@ -275,6 +288,7 @@ def test_a_missing_working_folder_is_a_start_error(tmp_path: Path) -> None:
     assert str(info.value).startswith("'nowhere' could not start a Python process: ")
 
 
+@pytest.mark.sockets
 def test_inherit_env_false_gives_the_child_only_the_env_passed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -27,6 +27,8 @@ from labkit import (
     stop_all,
 )
 
+pytestmark = pytest.mark.sockets
+
 
 def hello_app(reply: str = "hello") -> FastAPI:
     app = FastAPI()

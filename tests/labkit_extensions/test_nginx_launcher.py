@@ -40,6 +40,7 @@ def test_missing_nginx_error_says_how_to_install(monkeypatch):
 
 
 @needs_nginx
+@pytest.mark.sockets
 def test_nginx_proxies_to_a_loopback_app_and_stops():
     backend = serve(_app(), name="nginx-test-backend")
     try:
@@ -56,6 +57,7 @@ def test_nginx_proxies_to_a_loopback_app_and_stops():
 
 
 @needs_nginx
+@pytest.mark.sockets
 def test_same_name_replaces_the_running_nginx():
     first = start_nginx("location / { return 204; }", name="nginx-replace-test")
     second = start_nginx("location / { return 204; }", name="nginx-replace-test")
@@ -67,6 +69,7 @@ def test_same_name_replaces_the_running_nginx():
 
 
 @needs_nginx
+@pytest.mark.sockets
 def test_a_bad_server_block_is_reported_with_the_config_path():
     from labkit.errors import ServerStartError
 

@@ -9,12 +9,15 @@ from typing import Any
 
 import anthropic
 import openai
+import pytest
 from mock_support import USER, LiveServer, scenario_header
 from test_mock_openai_chat import TIME, WEATHER
 
 from mock_upstream.anthropic_messages import signature
 from mock_upstream.openai_responses import REFUSAL
 from mock_upstream.tokenizer import count_tokens
+
+pytestmark = pytest.mark.sockets
 
 ANTHROPIC_WEATHER = {
     "name": "get_weather",

@@ -9,6 +9,8 @@ import httpx2
 import pytest
 from mock_support import USER, LiveServer, scenario_header
 
+pytestmark = pytest.mark.sockets
+
 WEATHER = {
     "name": "get_weather",
     "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},

@@ -15,6 +15,7 @@ from mock_upstream.plan import Prompt, build_plan
 CHAT = {"model": "mock-gpt", "messages": USER}
 
 
+@pytest.mark.sockets
 def test_healthz_and_models(server: LiveServer) -> None:
     assert server.client.get("/healthz").json() == {"status": "ok"}
     models = server.client.get("/v1/models").json()
@@ -22,6 +23,7 @@ def test_healthz_and_models(server: LiveServer) -> None:
     assert "mock-gpt" in [m["id"] for m in models["data"]]
 
 
+@pytest.mark.sockets
 def test_debug_requests_lists_records_oldest_first_with_the_contract_fields(
     server: LiveServer,
 ) -> None:
@@ -51,6 +53,7 @@ def test_debug_requests_lists_records_oldest_first_with_the_contract_fields(
     assert record["disconnected_at"] is None
 
 
+@pytest.mark.sockets
 def test_reset_clears_records_and_counters(server: LiveServer) -> None:
     server.client.post("/v1/chat/completions", json=CHAT)
     assert server.metric("mock_requests_completed_total") == 1
@@ -60,6 +63,7 @@ def test_reset_clears_records_and_counters(server: LiveServer) -> None:
     assert server.metric("mock_tokens_generated_total") == 0
 
 
+@pytest.mark.sockets
 def test_metrics_are_prometheus_text_with_every_series(server: LiveServer) -> None:
     server.client.post("/v1/chat/completions", json=CHAT)
     response = server.client.get("/metrics")
@@ -80,6 +84,7 @@ def test_metrics_are_prometheus_text_with_every_series(server: LiveServer) -> No
     assert server.metric("mock_tokens_sent_total") == 0  # a unary answer sends no frames
 
 
+@pytest.mark.sockets
 def test_a_stream_read_to_the_end_was_sent_whole(server: LiveServer) -> None:
     with server.client.stream(
         "POST", "/v1/chat/completions", json={**CHAT, "stream": True}
@@ -90,6 +95,7 @@ def test_a_stream_read_to_the_end_was_sent_whole(server: LiveServer) -> None:
     assert server.metric("mock_tokens_sent_total") == 24
 
 
+@pytest.mark.sockets
 def test_the_vllm_series_exist_on_a_fresh_mock_before_any_request(
     fresh_server: LiveServer,
 ) -> None:
@@ -109,6 +115,7 @@ def test_the_vllm_series_exist_on_a_fresh_mock_before_any_request(
     assert fresh_server.records() == []
 
 
+@pytest.mark.sockets
 def test_a_reset_keeps_the_default_models_vllm_series_and_forgets_the_others(
     server: LiveServer,
 ) -> None:
@@ -121,6 +128,7 @@ def test_a_reset_keeps_the_default_models_vllm_series_and_forgets_the_others(
     assert 'model_name="lab-model"' not in text
 
 
+@pytest.mark.sockets
 def test_metrics_carry_the_vllm_names_labelled_by_model(server: LiveServer) -> None:
     server.client.post("/v1/chat/completions", json={**CHAT, "model": "lab-model"})
     text = server.client.get("/metrics").text
@@ -134,6 +142,7 @@ def test_metrics_carry_the_vllm_names_labelled_by_model(server: LiveServer) -> N
         assert f"\n{line}\n" in text, line
 
 
+@pytest.mark.sockets
 def test_two_apps_keep_separate_records_and_metrics(
     server: LiveServer, fresh_server: LiveServer
 ) -> None:
@@ -151,6 +160,7 @@ def test_apps_built_in_one_process_share_no_state() -> None:
     assert two.state.mock.defaults.tps == 100
 
 
+@pytest.mark.sockets
 def test_app_defaults_apply_and_requests_override_them(server: LiveServer) -> None:
     server.client.post("/v1/chat/completions", json=CHAT)
     server.client.post("/v1/chat/completions", json=CHAT, headers={"X-Mock-Scenario": "tokens=7"})
@@ -162,6 +172,7 @@ def test_app_defaults_apply_and_requests_override_them(server: LiveServer) -> No
     assert [r["completion_tokens"] for r in server.records()] == [24, 7, 9]
 
 
+@pytest.mark.sockets
 def test_a_long_answer_starts_at_once_because_its_words_are_made_as_they_are_sent(
     server: LiveServer,
 ) -> None:
@@ -194,6 +205,7 @@ def _quiet_filters() -> list[logging.Filter]:
     return [f for f in logging.getLogger("uvicorn.error").filters if isinstance(f, QuietDropFilter)]
 
 
+@pytest.mark.sockets
 def test_building_an_app_changes_no_logger_and_serving_it_keeps_drops_out_of_the_log(
     capfd: pytest.CaptureFixture[str],
 ) -> None:

@@ -12,6 +12,8 @@ import openai
 import pytest
 from mock_support import USER, LiveServer, scenario_header
 
+pytestmark = pytest.mark.sockets
+
 # 20 tokens/s: one token interval is 50 ms; the full answer would take 20 s.
 SLOW = {"ttft_ms": 50, "tps": 20, "tokens": 400}
 NEVER_FIRST = {"ttft_ms": 30_000, "tps": 20, "tokens": 400}

@@ -19,6 +19,8 @@ from mock_support import USER, LiveServer, scenario_header
 
 from labkit.sse import SSEDecoder, SSEEvent
 
+pytestmark = pytest.mark.sockets
+
 ROUTES: dict[str, dict[str, Any]] = {
     "chat": {"model": "mock-gpt", "messages": USER, "stream": True},
     "responses": {"model": "mock-gpt", "input": "Tell me about streaming.", "stream": True},

@@ -10,6 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mock_support import USER, LiveServer
 
+pytestmark = pytest.mark.sockets
+
 ROUTES = ["/v1/chat/completions", "/v1/responses", "/v1/messages"]
 
 

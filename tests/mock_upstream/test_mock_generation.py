@@ -23,6 +23,8 @@ from mock_support import FAST, LiveServer, live_server
 from labkit.capture import SLOW_READER_RCVBUF
 from mock_upstream.generation import RunAhead
 
+pytestmark = pytest.mark.sockets
+
 SEND_BUFFER = 16_384
 TOKENS = 40_000
 FLOOD = {"ttft_ms": 0, "tps": 20_000, "tokens": TOKENS}  # two seconds of generation

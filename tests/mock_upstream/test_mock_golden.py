@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from mock_support import USER, LiveServer
 
+pytestmark = pytest.mark.sockets
+
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("MOCK_UPSTREAM_UPDATE_GOLDEN") == "1"
 SCENARIO = {"X-Mock-Scenario": "ttft_ms=0;tps=10000;tokens=12"}

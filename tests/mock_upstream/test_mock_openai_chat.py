@@ -10,6 +10,8 @@ import openai
 import pytest
 from mock_support import USER, LiveServer, scenario_header
 
+pytestmark = pytest.mark.sockets
+
 WEATHER = {
     "type": "function",
     "function": {

@@ -9,6 +9,8 @@ import openai
 import pytest
 from mock_support import LiveServer, scenario_header
 
+pytestmark = pytest.mark.sockets
+
 WEATHER = {
     "type": "function",
     "name": "get_weather",

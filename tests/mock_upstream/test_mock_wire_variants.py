@@ -30,6 +30,7 @@ def raw_lines(server: LiveServer, mock: dict[str, Any], **body: Any) -> list[str
 # -- comment_every_ms ------------------------------------------------------------------------
 
 
+@pytest.mark.sockets
 def test_comments_arrive_before_the_first_token_and_between_tokens(server: LiveServer) -> None:
     lines = raw_lines(server, {"ttft_ms": 300, "tps": 10, "tokens": 5, "comment_every_ms": 50})
     first_data = next(n for n, line in enumerate(lines) if line.startswith("data:"))
@@ -39,6 +40,7 @@ def test_comments_arrive_before_the_first_token_and_between_tokens(server: LiveS
     assert len(after) >= 4  # 400 ms of tokens at 10/s: a comment every 50 ms in between
 
 
+@pytest.mark.sockets
 def test_the_openai_sdk_reads_the_same_text_with_comments(openai_client: openai.OpenAI) -> None:
     plain, _ = stream_text(openai_client, extra_headers=scenario_header(seed=7))
     commented, _ = stream_text(
@@ -47,6 +49,7 @@ def test_the_openai_sdk_reads_the_same_text_with_comments(openai_client: openai.
     assert commented == plain and plain
 
 
+@pytest.mark.sockets
 def test_the_anthropic_sdk_reads_a_stream_with_comments(
     anthropic_client: anthropic.Anthropic,
 ) -> None:
@@ -58,6 +61,7 @@ def test_the_anthropic_sdk_reads_a_stream_with_comments(
     assert message.stop_reason == "end_turn" and message.content
 
 
+@pytest.mark.sockets
 def test_comments_keep_coming_through_a_stall(server: LiveServer) -> None:
     mock = {"tps": 1000, "tokens": 6, "stall_after": 3, "stall_s": 0.5, "comment_every_ms": 100}
     lines = raw_lines(server, mock)
@@ -69,6 +73,7 @@ def test_comments_keep_coming_through_a_stall(server: LiveServer) -> None:
 # -- usage_with_choices ----------------------------------------------------------------------
 
 
+@pytest.mark.sockets
 def test_usage_rides_on_the_finish_chunk_which_still_has_choices(
     openai_client: openai.OpenAI, server: LiveServer
 ) -> None:
@@ -86,6 +91,7 @@ def test_usage_rides_on_the_finish_chunk_which_still_has_choices(
     assert with_usage[0].usage.prompt_tokens == record["prompt_tokens"]
 
 
+@pytest.mark.sockets
 def test_usage_with_choices_sends_no_usage_to_a_client_that_did_not_ask(
     server: LiveServer,
 ) -> None:
@@ -106,6 +112,7 @@ def tool_deltas(chunks: list[Any]) -> list[Any]:
     ]
 
 
+@pytest.mark.sockets
 def test_interleaved_tool_call_deltas_take_turns_by_index(openai_client: openai.OpenAI) -> None:
     _, chunks = stream_text(
         openai_client, tools=[WEATHER, TIME], extra_headers=scenario_header(interleave_tools=1)
@@ -117,6 +124,7 @@ def test_interleaved_tool_call_deltas_take_turns_by_index(openai_client: openai.
     assert [(d.index, d.function.name) for d in headers] == [(0, "get_weather"), (1, "get_time")]
 
 
+@pytest.mark.sockets
 def test_the_stream_helper_assembles_interleaved_calls_like_sequential_ones(
     openai_client: openai.OpenAI,
 ) -> None:
@@ -137,6 +145,7 @@ def test_the_stream_helper_assembles_interleaved_calls_like_sequential_ones(
     assert [name for name, _ in interleaved] == ["get_weather", "get_time"]
 
 
+@pytest.mark.sockets
 def test_wire_variants_of_chat_are_a_400_on_the_other_apis(server: LiveServer) -> None:
     response = server.client.post(
         "/v1/messages",
@@ -152,6 +161,7 @@ def test_wire_variants_of_chat_are_a_400_on_the_other_apis(server: LiveServer) -
 # -- error_after=0 and done_after_error ------------------------------------------------------
 
 
+@pytest.mark.sockets
 def test_error_after_zero_is_the_first_event_of_the_200(
     openai_client: openai.OpenAI, server: LiveServer
 ) -> None:
@@ -171,6 +181,7 @@ def test_error_after_zero_is_the_first_event_of_the_200(
     assert (record["state"], record["tokens_generated"]) == ("errored", 0)
 
 
+@pytest.mark.sockets
 def test_done_after_error_ends_like_vllm_and_the_sdk_still_raises(
     openai_client: openai.OpenAI, server: LiveServer
 ) -> None:
@@ -180,6 +191,7 @@ def test_done_after_error_ends_like_vllm_and_the_sdk_still_raises(
         stream_text(openai_client, extra_headers=scenario_header(error_after=0, done_after_error=1))
 
 
+@pytest.mark.sockets
 def test_anthropic_error_first_raises_overloaded_before_message_start(
     anthropic_client: anthropic.Anthropic, server: LiveServer
 ) -> None:
@@ -200,6 +212,7 @@ def test_anthropic_error_first_raises_overloaded_before_message_start(
     assert caught.value.status_code == 200
 
 
+@pytest.mark.sockets
 def test_responses_error_first_still_opens_with_response_created(server: LiveServer) -> None:
     response = server.client.post(
         "/v1/responses",

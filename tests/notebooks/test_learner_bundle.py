@@ -59,6 +59,7 @@ def test_the_bundle_has_what_a_learner_needs(bundle: Path) -> None:
     assert "lab:" in makefile and "grade:" in makefile
 
 
+@pytest.mark.sockets
 def test_no_solution_line_reaches_the_bundle_or_what_it_installs(
     bundle: Path, tmp_path: Path
 ) -> None:
@@ -100,6 +101,7 @@ def test_the_binder_environment_is_what_repo2docker_can_build(bundle: Path) -> N
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # pip installs the whole runtime lock: over 200 s on a busy machine
+@pytest.mark.sockets
 def test_post_build_installs_the_bundle_in_a_fresh_environment(
     bundle: Path, tmp_path: Path
 ) -> None:

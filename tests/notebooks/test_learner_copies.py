@@ -111,6 +111,7 @@ def test_solution_notebook_stored_checks_pass(source: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("source", NOTEBOOKS, ids=_ids(NOTEBOOKS))
+@pytest.mark.sockets
 def test_learner_copy_runs_to_its_checks_with_errors_that_name_their_part(
     source: Path, learner_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

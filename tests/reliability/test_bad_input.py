@@ -22,6 +22,8 @@ from mock_upstream.scenario import KEYS
 from solutions import aiohttp_proxy
 from solutions import proxy as reference
 
+pytestmark = pytest.mark.sockets
+
 CHAT = "/v1/chat/completions"
 ROUTES = ("/v1/chat/completions", "/v1/responses", "/v1/messages")
 FAST = Scenario(ttft_ms=0, tps=1000.0, tokens=2)

@@ -19,7 +19,7 @@ from reliability_support import (
     run_matrix,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.sockets]
 
 
 @pytest.fixture(scope="module", params=list(REFERENCE_TARGETS))

@@ -56,6 +56,7 @@ def _listening_address(port: int) -> str:
     raise AssertionError(f"nothing listens on port {port}")
 
 
+@pytest.mark.sockets
 def test_servers_really_listen_on_loopback_only() -> None:
     with serve(FastAPI(), name="loopback-thread") as thread_server:
         assert _listening_address(thread_server.port) == LOOPBACK
@@ -66,6 +67,7 @@ def test_servers_really_listen_on_loopback_only() -> None:
                 pass
 
 
+@pytest.mark.sockets
 def test_start_mock_upstream_listens_on_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(labkit.servers.UPSTREAM_URL_ENV, raising=False)
     mock = start_mock_upstream(ttft_ms=0)

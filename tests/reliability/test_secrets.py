@@ -59,6 +59,7 @@ def _everything_the_client_saw(response: httpx.Response) -> str:
     return json.dumps(dict(response.headers)) + response.text
 
 
+@pytest.mark.sockets
 def test_key_goes_to_the_upstream_and_nowhere_else(
     upstream: tuple[ScriptedUpstream, ServerHandle], proxy: ServerHandle, tmp_path: Path
 ) -> None:
@@ -99,6 +100,7 @@ def test_key_goes_to_the_upstream_and_nowhere_else(
 
 
 @pytest.mark.parametrize("target", TARGETS, ids=["httpx", "aiohttp"])
+@pytest.mark.sockets
 def test_key_is_not_in_the_unreachable_upstream_error(tmp_path: Path, target: str) -> None:
     env = {
         "UPSTREAM_URL": "http://127.0.0.1:9",
@@ -166,6 +168,7 @@ print("ENVIRONMENT", dict(_os.environ))  # feedback must not carry this either
 
 
 @pytest.mark.slow
+@pytest.mark.sockets
 def test_grader_runs_learner_code_without_secrets_or_other_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

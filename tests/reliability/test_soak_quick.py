@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import soak
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.sockets]
 
 
 def test_quick_soak_leaks_nothing() -> None:

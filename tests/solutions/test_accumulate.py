@@ -8,10 +8,13 @@ import json
 from typing import Any
 
 import anthropic
+import pytest
 
 from labkit import capture_stream
 from labkit.servers import ServerHandle
 from solutions.accumulate import accumulate_blocks, blocks, flat
+
+pytestmark = pytest.mark.sockets
 
 TOOLS = [
     {

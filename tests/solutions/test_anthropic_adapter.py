@@ -128,6 +128,7 @@ def test_a_stop_reason_becomes_its_finish_reason_and_only_a_finished_turn_says_s
     assert got == finish
 
 
+@pytest.mark.sockets
 def test_the_mocks_streams_keep_their_counts_and_stop_reasons(mock: ServerHandle) -> None:
     """Over a real socket: each stop reason the mock sends, and its usage (no cache: the mock
     caches nothing), come out as the table says."""
@@ -159,6 +160,7 @@ def test_the_mocks_streams_keep_their_counts_and_stop_reasons(mock: ServerHandle
         assert usage.prompt_tokens_details.cached_tokens == 0
 
 
+@pytest.mark.sockets
 def test_an_unknown_stop_reason_and_the_cache_counts_reach_the_openai_client() -> None:
     """Over a real socket, read by the openai SDK: it does not check ``finish_reason`` against
     its list while streaming, so the client sees the provider's own word (which no client takes

@@ -54,6 +54,7 @@ def run_mix(proxy: ServerHandle) -> None:
         list(pool.map(lambda kwargs: capture_stream(proxy.url + CHAT, **kwargs), runs))
 
 
+@pytest.mark.sockets
 def test_the_bill_adds_up_against_the_books(
     proxy: ServerHandle, books: MockUpstream, usage_log: Path
 ) -> None:
@@ -72,6 +73,7 @@ def test_the_bill_adds_up_against_the_books(
         assert event["completion_tokens"] == by_id[event["id"]]["tokens_generated"]
 
 
+@pytest.mark.sockets
 def test_without_the_books_the_unknown_counts_would_be_billed_as_nothing(
     proxy: ServerHandle, books: MockUpstream, usage_log: Path
 ) -> None:

@@ -32,6 +32,8 @@ import pytest
 from labkit import Capture, acapture_stream, serve_subprocess
 from labkit.servers import SubprocessServer
 
+pytestmark = pytest.mark.sockets
+
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "solutions" / "proxy.py"
 

@@ -75,6 +75,7 @@ def billing(usage_log: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in usage_log.read_text().splitlines()]
 
 
+@pytest.mark.sockets
 def test_a_start_event_with_the_request_id_comes_first_and_completion_last(
     by_sentence: ServerHandle, mock: ServerHandle, books: MockUpstream
 ) -> None:
@@ -91,6 +92,7 @@ def test_a_start_event_with_the_request_id_comes_first_and_completion_last(
     assert done["usage"]["completion_tokens"] == record["tokens_generated"] == 40
 
 
+@pytest.mark.sockets
 def test_by_sentence_releases_whole_valid_sentences_and_the_same_text(
     by_sentence: ServerHandle, mock: ServerHandle
 ) -> None:
@@ -104,6 +106,7 @@ def test_by_sentence_releases_whole_valid_sentences_and_the_same_text(
     assert len(pieces) == len(whole) + (1 if "".join(whole) != direct.text else 0)
 
 
+@pytest.mark.sockets
 def test_filler_is_held_until_the_first_sentence_so_first_useful_content_is_honest(
     mock: ServerHandle, usage_log: Path
 ) -> None:
@@ -123,6 +126,7 @@ def test_filler_is_held_until_the_first_sentence_so_first_useful_content_is_hone
     assert "gateway_ttft_seconds_count 1.0" in exported
 
 
+@pytest.mark.sockets
 def test_a_rejected_sentence_is_never_shown_and_nothing_after_it(
     mock: ServerHandle, usage_log: Path
 ) -> None:
@@ -138,6 +142,7 @@ def test_a_rejected_sentence_is_never_shown_and_nothing_after_it(
     assert "gateway.completed" not in kinds(capture) and capture.terminal == "interrupted"
 
 
+@pytest.mark.sockets
 def test_whole_answer_releases_everything_at_the_end_or_nothing(
     mock: ServerHandle, usage_log: Path
 ) -> None:
@@ -154,6 +159,7 @@ def test_whole_answer_releases_everything_at_the_end_or_nothing(
     assert end["reason"] == "rejected" and end["released_chars"] == 0
 
 
+@pytest.mark.sockets
 def test_a_refusal_discards_the_held_text_and_ends_interrupted(
     by_sentence: ServerHandle, mock: ServerHandle
 ) -> None:
@@ -165,6 +171,7 @@ def test_a_refusal_discards_the_held_text_and_ends_interrupted(
     assert end["reason"] == "refusal" and end["restartable"] is False
 
 
+@pytest.mark.sockets
 def test_tool_calls_are_held_whole_and_sent_once_they_parse(
     by_sentence: ServerHandle,
 ) -> None:
@@ -186,6 +193,7 @@ def test_tool_calls_are_held_whole_and_sent_once_they_parse(
     assert released(capture) == []
 
 
+@pytest.mark.sockets
 def test_a_tool_call_cut_off_by_max_tokens_is_never_sent(by_sentence: ServerHandle) -> None:
     tool = {"type": "function", "function": {"name": "line_test", "parameters": LINE_TEST}}
     body = {**chat(6), "tools": [tool], "max_tokens": 4}
@@ -232,6 +240,7 @@ def test_a_held_tool_call_is_sent_only_once_validated(
     assert problem in failed.value.message
 
 
+@pytest.mark.sockets
 def test_the_gateway_restarts_only_while_nothing_was_shown(
     by_sentence: ServerHandle, books: MockUpstream, usage_log: Path
 ) -> None:
@@ -254,6 +263,7 @@ def test_the_gateway_restarts_only_while_nothing_was_shown(
     assert outcomes == ["error", "error", "error"]  # every upstream request is billed
 
 
+@pytest.mark.sockets
 def test_a_client_that_leaves_stops_the_upstream_and_is_billed_cancelled(
     by_sentence: ServerHandle, books: MockUpstream, usage_log: Path
 ) -> None:
@@ -263,6 +273,7 @@ def test_a_client_that_leaves_stops_the_upstream_and_is_billed_cancelled(
     assert [line["outcome"] for line in billing(usage_log)] == ["cancelled"]
 
 
+@pytest.mark.sockets
 def test_last_event_id_is_refused_with_what_to_do_instead(by_sentence: ServerHandle) -> None:
     response = httpx.post(
         by_sentence.url + ANSWERS_PATH, json=chat(9), headers={"Last-Event-ID": "req_x:4"}

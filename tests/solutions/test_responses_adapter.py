@@ -16,6 +16,8 @@ from mock_upstream.openai_responses import REFUSAL
 from solutions import proxy as parts
 from solutions.responses_adapter import make_responses_adapter
 
+pytestmark = pytest.mark.sockets
+
 FAST = {"ttft_ms": 20, "tps": 400, "tokens": 24}
 QUESTION = [{"role": "user", "content": "Is my line up?"}]
 LINE_TEST = {

@@ -88,6 +88,7 @@ async def _attempts(url: str, body: dict[str, Any], read_s: float) -> tuple[http
         return response, attempts
 
 
+@pytest.mark.sockets
 def test_a_503_with_a_date_retry_after_is_retried(mock: ServerHandle, books: MockUpstream) -> None:
     """A date that is already here (the mock's clock, to the second) asks for no wait."""
     body = chat(status=503, retry_after=0, retry_after_date=True)
@@ -97,6 +98,7 @@ def test_a_503_with_a_date_retry_after_is_retried(mock: ServerHandle, books: Moc
     assert parsedate_to_datetime(response.headers["retry-after"]).tzinfo is not None  # a date
 
 
+@pytest.mark.sockets
 def test_a_429_with_a_date_beyond_the_budget_is_passed_on_at_once(
     mock: ServerHandle, books: MockUpstream
 ) -> None:
@@ -108,6 +110,7 @@ def test_a_429_with_a_date_beyond_the_budget_is_passed_on_at_once(
     assert time.monotonic() - started < 1.0
 
 
+@pytest.mark.sockets
 def test_statuses_in_seconds_and_answers_keep_their_old_behaviour(
     mock: ServerHandle, books: MockUpstream
 ) -> None:
@@ -151,6 +154,7 @@ def silent_upstream() -> Iterator[tuple[str, list[socket.socket]]]:
     server.close()
 
 
+@pytest.mark.sockets
 def test_a_refused_connection_is_retried_then_answered_502(closed_port: int) -> None:
     started = time.monotonic()
     response, attempts = attempts_against(f"http://127.0.0.1:{closed_port}", chat())
@@ -166,6 +170,7 @@ def test_a_refused_connection_is_retried_then_answered_502(closed_port: int) -> 
     }
 
 
+@pytest.mark.sockets
 def test_no_status_line_in_time_is_answered_504_without_a_retry(
     silent_upstream: tuple[str, list[socket.socket]],
 ) -> None:
@@ -200,6 +205,7 @@ def gateway(upstream_url: str, read_s: float = 5.0) -> FastAPI:
 
 
 @pytest.mark.parametrize("failure", ["refused", "silent"])
+@pytest.mark.sockets
 def test_the_client_gets_the_status_in_openais_shape_and_one_usage_line(
     failure: str,
     closed_port: int,

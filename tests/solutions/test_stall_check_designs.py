@@ -30,6 +30,8 @@ import pytest
 from labkit import MockUpstream, capture_stream, serve_subprocess
 from labkit.servers import ServerHandle
 
+pytestmark = pytest.mark.sockets
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "10_backpressure_and_slow_clients.ipynb"
 REFERENCE = (ROOT / "solutions" / "proxy.py").read_text(encoding="utf-8")

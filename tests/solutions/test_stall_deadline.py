@@ -47,6 +47,8 @@ from labkit import EngineHandle, MockUpstream, SubprocessServer, serve_subproces
 from labkit.servers import ServerHandle
 from tests.engine_support import wait_until
 
+pytestmark = pytest.mark.sockets
+
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "solutions" / "proxy.py"
 CHAT = "/v1/chat/completions"
