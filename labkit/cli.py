@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from labkit.checks.catalogue import ALL_IDS, PROFILES, select
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, UsageError
 from labkit.grading import gradescope
 from labkit.grading.answers import (
     collect_roster,
@@ -47,7 +47,6 @@ from labkit.grading.class_results import (
 from labkit.grading.grader import agrade_url
 from labkit.grading.report import SubmissionReport, render_table
 from labkit.grading.roster import (
-    GradingError,
     Submission,
     default_jobs,
     find_submissions,
@@ -62,10 +61,6 @@ __all__ = ["UsageError", "build_parser", "main"]
 
 DEFAULT_REFERENCE = Path("solutions") / "proxy.py"
 OUR_ENGINE = ""  # --engine without a URL: start ours
-
-
-class UsageError(LabkitError):
-    """The command line asks for something that cannot be done; exit code 2."""
 
 
 def _exit_code(reports: Sequence[SubmissionReport]) -> int:
@@ -602,9 +597,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args)
-    except (UsageError, GradingError, LabkitError) as exc:
+    except LabkitError as exc:  # a usage or setup error: the class says which exit code
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 2

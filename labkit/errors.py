@@ -1,6 +1,6 @@
-"""Every error labkit raises, drawn in one place.
+"""Every error labkit raises, defined and drawn in one place.
 
-The hierarchy (classes defined in another module say which)::
+The hierarchy::
 
     LabkitError                      root: catch this to catch anything labkit raises
     ├── ServerStartError             a server did not come up; nothing is left running
@@ -8,59 +8,111 @@ The hierarchy (classes defined in another module say which)::
     │   ├── StartTimeoutError        still not serving when the start deadline passed
     │   ├── AppStartupError          the app's own startup (lifespan) raised
     │   ├── ServerExitedError        the server thread or child process ended early
-    │   ├── TargetLoadError          a subprocess target could not be imported
-    │   └── MemoryLimitExceeded      the kernel stopped a proxy for memory (grading.sandbox)
+    │   ├── TargetLoadError          a subprocess target could not be loaded; its ``reason``
+    │   │                            (a LoadFailure) says how
+    │   └── MemoryLimitExceeded      the kernel stopped a proxy for memory while it started
+    ├── AlreadyStartedError          start() called on a server that was started before
     ├── InvalidTargetError           a serve_subprocess target that is neither a file nor mod:attr
     ├── CaptureError                 capture_stream could not get a response at all
     ├── MockUpstreamError            the mock's debug endpoints answered unexpectedly
     ├── EngineNotBuiltError          the real engine is not in the cache yet
     ├── EngineBuildError             the real engine could not be downloaded or built
     ├── EngineReadError              an engine's /metrics or /v1/models answered unexpectedly
-    ├── NginxNotFoundError           no nginx executable on this machine (nginx)
+    ├── NginxNotFoundError           no nginx executable on this machine
+    ├── GatewayFailure               one upstream attempt of the stream gateway gave no usable
+    │                                answer (its ``reason`` says why; the gateway catches it)
     ├── ProxyFileError               proxy.py is missing, not Python, or a part does not fit
-    │                                (proxy_file)
-    ├── SolutionRegionError          solution-region delimiters that do not pair up (regions)
-    ├── UsageError                   a command line that cannot be done; exit code 2 (cli)
-    ├── GradingError                 grading could not be set up (grading.roster)
-    ├── RubricError                  a rubric file that cannot be used (grading.rubric)
-    ├── MergeError                   shard folders that do not add up to one class
-    │                                (grading.class_results)
-    ├── AnswersError                 written answers that cannot be collected, marks that cannot
-    │                                be folded in (grading.answers)
+    ├── SolutionRegionError          solution-region delimiters that do not pair up
+    ├── UsageError                   a command line that cannot be done
+    ├── GradingError                 grading could not be set up
+    ├── SandboxUnavailableError      the sandbox LABKIT_SANDBOX names cannot run here
+    ├── CgroupUnavailable            no cgroup with the wanted limits can be made here
     ├── NetworkSetupError            a grading's own network namespace is not usable
-    │                                (grading.network)
-    └── BrowserUnavailableError      no headless Chromium can run here (chat.browser)
+    ├── RubricError                  a rubric file that cannot be used
+    ├── MergeError                   shard folders that do not add up to one class
+    ├── AnswersError                 written answers that cannot be collected, marks that cannot
+    │                                be folded in
+    ├── NotGradable                  an upload that holds nothing to grade
+    └── BrowserUnavailableError      no headless Chromium can run here
+
+Each class carries, as click's exceptions do, what a program needs to act on it without
+reading its text: ``kind``, a stable snake_case id of its own, and ``exit_code``, what
+``labkit`` exits with when a command stops on it (2, a usage or setup error, for every one of
+them: 1 means a check failed). A failure with finer kinds carries them as data too
+(``TargetLoadError.reason``, ``GatewayFailure.reason``), so no verdict depends on the wording
+of a message.
 
 Each message says what was expected, what happened instead and what to do. The constructors
-of the classes here take the facts and build the message, so the wording lives here and a test
-pins it (``tests/labkit_core/test_labkit_errors.py``, which also keeps this drawing complete).
+here that take the facts build the message, so that wording lives here and a test pins it
+(``tests/labkit_core/test_labkit_errors.py``, which also keeps this drawing complete); the
+classes that take a whole message get it from the module that raises them, whose tests pin it.
+The modules that raise a class also export it (``from labkit.grading.roster import
+GradingError`` works).
 """
 
 from __future__ import annotations
 
+from typing import ClassVar, Final, Literal
+
 __all__ = [
+    "NGINX_INSTALL_HINT",
+    "AlreadyStartedError",
+    "AnswersError",
     "AppStartupError",
+    "BrowserUnavailableError",
     "CaptureError",
+    "CgroupUnavailable",
     "EngineBuildError",
     "EngineNotBuiltError",
     "EngineReadError",
+    "GatewayFailure",
+    "GradingError",
     "InvalidTargetError",
     "LabkitError",
+    "LoadFailure",
+    "MemoryLimitExceeded",
+    "MergeError",
     "MockUpstreamError",
+    "NetworkSetupError",
+    "NginxNotFoundError",
+    "NotGradable",
     "PortInUseError",
+    "ProxyFileError",
+    "RubricError",
+    "SandboxUnavailableError",
     "ServerExitedError",
     "ServerStartError",
+    "SolutionRegionError",
     "StartTimeoutError",
     "TargetLoadError",
+    "UsageError",
 ]
+
+#: How loading a subprocess target failed, as the child saw it (by the class of what loading
+#: raised, or by where it stopped): a typo, a missing import, no ``app`` in the module, or
+#: anything else the module raised while it was imported. The grader reports it as the kind of
+#: the submission's problem.
+LoadFailure = Literal["syntax_error", "import_error", "no_app", "load_error"]
+
+NGINX_INSTALL_HINT: Final = (
+    "Install it with `apt-get install nginx` (Debian/Ubuntu, as root) or "
+    "`conda install -c conda-forge nginx` (conda users; environment.yml lists it), "
+    "then restart the kernel."
+)
 
 
 class LabkitError(Exception):
     """Root of every error labkit raises."""
 
+    kind: ClassVar[str] = "labkit_error"
+    #: what ``labkit`` exits with when a command stops on this error: a usage or setup error
+    exit_code: ClassVar[int] = 2
+
 
 class ServerStartError(LabkitError):
     """A server did not start. Whatever was started has been stopped again."""
+
+    kind: ClassVar[str] = "server_start_failed"
 
     def __init__(self, message: str, *, name: str) -> None:
         super().__init__(message)
@@ -68,6 +120,8 @@ class ServerStartError(LabkitError):
 
 
 class PortInUseError(ServerStartError):
+    kind: ClassVar[str] = "port_in_use"
+
     def __init__(self, *, name: str, host: str, port: int) -> None:
         super().__init__(
             f"{name!r} could not start on {host}:{port}: the port is already in use. "
@@ -79,6 +133,8 @@ class PortInUseError(ServerStartError):
 
 
 class StartTimeoutError(ServerStartError):
+    kind: ClassVar[str] = "start_timeout"
+
     def __init__(self, *, name: str, timeout: float) -> None:
         super().__init__(
             f"{name!r} did not start within {timeout:.1f} s: it was still starting up "
@@ -90,6 +146,8 @@ class StartTimeoutError(ServerStartError):
 
 
 class AppStartupError(ServerStartError):
+    kind: ClassVar[str] = "app_startup_failed"
+
     def __init__(self, *, name: str, error: str, details: str = "") -> None:
         super().__init__(
             f"{name!r} did not start: its startup code raised {error.rstrip('.')}. "
@@ -101,6 +159,8 @@ class AppStartupError(ServerStartError):
 
 
 class ServerExitedError(ServerStartError):
+    kind: ClassVar[str] = "server_exited"
+
     def __init__(
         self, *, name: str, how: str, stderr_tail: str = "", source: str = "stderr"
     ) -> None:
@@ -116,10 +176,20 @@ class ServerExitedError(ServerStartError):
 
 
 class TargetLoadError(ServerStartError):
-    """``exception`` is the class name of what loading raised (``"SyntaxError"``), when known."""
+    """``reason`` says how loading failed (what the child reported); ``exception`` is the class
+    name of what loading raised (``"SyntaxError"``), for a person reading it."""
+
+    kind: ClassVar[str] = "target_load_failed"
 
     def __init__(
-        self, *, name: str, target: str, error: str, details: str = "", exception: str = ""
+        self,
+        *,
+        name: str,
+        target: str,
+        error: str,
+        reason: LoadFailure,
+        details: str = "",
+        exception: str = "",
     ) -> None:
         super().__init__(
             f"{name!r} did not start: could not load {target}: {error}. "
@@ -128,11 +198,38 @@ class TargetLoadError(ServerStartError):
         )
         self.target = target
         self.error = error
+        self.reason: LoadFailure = reason
         self.details = details
         self.exception = exception
 
 
+class MemoryLimitExceeded(ServerStartError):
+    """The kernel stopped the proxy while it started: it held more memory than allowed."""
+
+    kind: ClassVar[str] = "memory_limit_exceeded"
+
+    def __init__(self, *, name: str, limit_bytes: int) -> None:
+        super().__init__(
+            f"{name!r} was stopped while it started: it held more than "
+            f"{limit_bytes // (1024 * 1024)} MiB of memory.",
+            name=name,
+        )
+        self.limit_bytes = limit_bytes
+
+
+class AlreadyStartedError(LabkitError, RuntimeError):
+    """``start()`` on a server handle that was started before (a handle starts once)."""
+
+    kind: ClassVar[str] = "already_started"
+
+    def __init__(self, *, name: str, handle: str) -> None:
+        super().__init__(f"{name!r} was already started; make a new {handle}")
+        self.name = name
+
+
 class InvalidTargetError(LabkitError, ValueError):
+    kind: ClassVar[str] = "invalid_target"
+
     def __init__(self, target: str, problem: str) -> None:
         super().__init__(
             f"Expected a target like 'path/to/proxy.py' or 'package.module:app', "
@@ -142,6 +239,8 @@ class InvalidTargetError(LabkitError, ValueError):
 
 
 class CaptureError(LabkitError):
+    kind: ClassVar[str] = "capture_failed"
+
     def __init__(self, *, url: str, error: str) -> None:
         super().__init__(
             f"Expected a response from {url}, but the request failed: {error}. "
@@ -153,6 +252,8 @@ class CaptureError(LabkitError):
 
 
 class MockUpstreamError(LabkitError):
+    kind: ClassVar[str] = "mock_upstream_unexpected"
+
     def __init__(self, *, url: str, expected: str, got: str, from_env: str | None = None) -> None:
         if from_env is None:
             advice = "Is that URL a mock upstream? Use the .url of start_mock_upstream()."
@@ -169,6 +270,8 @@ class MockUpstreamError(LabkitError):
 
 
 class EngineNotBuiltError(LabkitError):
+    kind: ClassVar[str] = "engine_not_built"
+
     def __init__(self, *, cache: str) -> None:
         super().__init__(
             f"Expected the real engine (llama-server and its model) in {cache}, found none. "
@@ -179,6 +282,8 @@ class EngineNotBuiltError(LabkitError):
 
 
 class EngineBuildError(LabkitError):
+    kind: ClassVar[str] = "engine_build_failed"
+
     def __init__(self, *, step: str, problem: str, fix: str) -> None:
         super().__init__(f"The engine build failed {step}: {problem}. To go on: {fix}.")
         self.step = step
@@ -187,6 +292,8 @@ class EngineBuildError(LabkitError):
 
 
 class EngineReadError(LabkitError):
+    kind: ClassVar[str] = "engine_read_failed"
+
     def __init__(self, *, url: str, got: str) -> None:
         super().__init__(
             f"Expected the engine's own numbers from {url}, got {got}. Is it an "
@@ -195,3 +302,117 @@ class EngineReadError(LabkitError):
         )
         self.url = url
         self.got = got
+
+
+class NginxNotFoundError(LabkitError):
+    """No nginx executable on this machine."""
+
+    kind: ClassVar[str] = "nginx_not_found"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Expected an nginx executable on PATH or in /usr/sbin, found none. "
+            + NGINX_INSTALL_HINT
+        )
+
+
+class GatewayFailure(LabkitError):
+    """One upstream attempt of the stream gateway (``labkit.stream_gateway``) ended without a
+    usable answer. The gateway catches it, and its ``reason`` (``upstream_status``,
+    ``refusal``...) decides a restart and names the ``gateway.interrupted`` event; ``message``
+    is what that event says."""
+
+    kind: ClassVar[str] = "gateway_attempt_failed"
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class ProxyFileError(LabkitError):
+    """``proxy.py`` is missing, is not valid Python, or a part does not fit into it."""
+
+    kind: ClassVar[str] = "proxy_file_unusable"
+
+
+class SolutionRegionError(LabkitError):
+    """A solution region's delimiters do not pair up."""
+
+    kind: ClassVar[str] = "solution_regions_unpaired"
+
+
+class UsageError(LabkitError):
+    """The command line asks for something that cannot be done; exit code 2."""
+
+    kind: ClassVar[str] = "usage"
+    exit_code: ClassVar[int] = 2
+
+
+class GradingError(LabkitError):
+    """Grading could not be set up (bad paths, a worker that could not start the mocks)."""
+
+    kind: ClassVar[str] = "grading_setup_failed"
+
+
+class SandboxUnavailableError(LabkitError):
+    """``LABKIT_SANDBOX`` names a sandbox that cannot run on this machine: nothing is graded
+    rather than learner code run with less isolation than the instructor asked for."""
+
+    kind: ClassVar[str] = "sandbox_unavailable"
+
+    def __init__(self, *, sandbox: str, why_not: str) -> None:
+        super().__init__(
+            f"LABKIT_SANDBOX={sandbox}, but {why_not}. Make {sandbox} work here, or unset "
+            "LABKIT_SANDBOX to grade in the strongest sandbox this machine allows (each "
+            "report names it)."
+        )
+        self.sandbox = sandbox
+        self.why_not = why_not
+
+
+class CgroupUnavailable(LabkitError, RuntimeError):
+    """No cgroup with these limits can be made here; the message says why."""
+
+    kind: ClassVar[str] = "cgroup_unavailable"
+
+
+class NetworkSetupError(LabkitError):
+    """This process moved into a namespace of its own that is not usable (its loopback is
+    down, or it holds no loopback): nothing could be graded in it."""
+
+    kind: ClassVar[str] = "network_setup_failed"
+
+
+class RubricError(LabkitError):
+    """A rubric file that cannot be used; the message says which key and what to write."""
+
+    kind: ClassVar[str] = "rubric_unusable"
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"Rubric {path}: {problem}. Fix the file, or leave --rubric out.")
+        self.path = path
+
+
+class MergeError(LabkitError):
+    """Shard folders that do not add up to one class; the message says which and why."""
+
+    kind: ClassVar[str] = "shards_do_not_merge"
+
+
+class AnswersError(LabkitError):
+    """The answers could not be collected or the marks could not be folded in."""
+
+    kind: ClassVar[str] = "answers_unusable"
+
+
+class NotGradable(LabkitError):
+    """The upload holds nothing that can be graded; the message says what to upload."""
+
+    kind: ClassVar[str] = "not_gradable"
+
+
+class BrowserUnavailableError(LabkitError):
+    """No browser can run here: Playwright or Chromium is missing, or Chromium did not start."""
+
+    kind: ClassVar[str] = "browser_unavailable"

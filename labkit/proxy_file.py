@@ -39,7 +39,7 @@ from types import ModuleType
 from typing import Any, Literal
 
 from labkit.checks.result import CheckResult
-from labkit.errors import LabkitError
+from labkit.errors import ProxyFileError
 
 __all__ = [
     "PART_MAGIC",
@@ -55,10 +55,6 @@ __all__ = [
 PART_MAGIC = "%%proxy_part"
 ENV_VAR = "LAB_PROXY"
 _loads = itertools.count(1)
-
-
-class ProxyFileError(LabkitError):
-    """``proxy.py`` is missing, is not valid Python, or a part does not fit into it."""
 
 
 @dataclass(frozen=True)

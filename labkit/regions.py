@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from labkit.errors import LabkitError
+from labkit.errors import SolutionRegionError
 
 __all__ = [
     "ANSWER_PROMPT",
@@ -52,10 +52,6 @@ ANSWER_PROMPT = "_Write your answer here._"
 STUB_MARK = "# YOUR CODE HERE: "
 _STUB = re.compile(r"# YOUR CODE HERE: (?P<function>[\w.]+), notebook (?P<notebook>\w+)")
 _DEF = re.compile(r"^(?P<indent>\s*)(?:async\s+)?def\s+(?P<name>\w+)\s*\(")
-
-
-class SolutionRegionError(LabkitError):
-    """A solution region's delimiters do not pair up."""
 
 
 @dataclass(frozen=True)

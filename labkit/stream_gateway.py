@@ -69,6 +69,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from labkit.errors import GatewayFailure as Failure  # one attempt ended without a usable answer
 from labkit.wire import says_something
 
 __all__ = [
@@ -173,15 +174,6 @@ def sse(event_id: str, kind: str, fields: dict[str, Any]) -> bytes:
     """One gateway event: ``id``, ``event`` and ``data`` (which repeats the name as ``type``)."""
     data = json.dumps({"type": kind, **fields})
     return f"id: {event_id}\nevent: {kind}\ndata: {data}\n\n".encode()
-
-
-class Failure(Exception):
-    """One attempt ended without a usable answer."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
 
 
 @dataclass

@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from labkit.errors import LabkitError
+from labkit.errors import BrowserUnavailableError, LabkitError
 
 __all__ = [
     "CHROMIUM_ENV",
@@ -51,10 +51,6 @@ INSTALL_HINT: Final = (
 )
 
 T = TypeVar("T")
-
-
-class BrowserUnavailableError(LabkitError):
-    """No browser can run here: Playwright or Chromium is missing, or Chromium did not start."""
 
 
 def find_chromium() -> str | None:

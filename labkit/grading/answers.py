@@ -36,7 +36,7 @@ from pathlib import Path
 
 import nbformat
 
-from labkit.errors import LabkitError
+from labkit.errors import AnswersError
 from labkit.regions import ANSWER_PROMPT, BEGIN, END
 
 __all__ = [
@@ -55,10 +55,6 @@ RUBRIC = re.compile(r"^\*Rubric[^*]*\*\s*$", re.MULTILINE)
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif")
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024  # a notebook bigger than this in a zip is not read
 MARK_FIELDS = ("learner", "question", "max_points", "points", "comment")
-
-
-class AnswersError(LabkitError):
-    """The answers could not be collected or the marks could not be folded in."""
 
 
 @dataclass(frozen=True)

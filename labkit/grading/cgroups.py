@@ -23,15 +23,12 @@ from pathlib import Path
 from typing import Protocol
 
 from labkit.checks.machine import CGROUP_ROOT, own_cgroups
+from labkit.errors import CgroupUnavailable
 
 __all__ = ["PERIOD_US", "Cgroup", "CgroupLimits", "CgroupUnavailable"]
 
 PERIOD_US = 100_000
 _MIB = 1024 * 1024
-
-
-class CgroupUnavailable(RuntimeError):
-    """No cgroup with these limits can be made here; the message says why."""
 
 
 @dataclass(frozen=True)

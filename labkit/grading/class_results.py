@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.checks import CHECK_IDS
-from labkit.errors import LabkitError
+from labkit.errors import MergeError
 from labkit.grading.report import CSV_FIELDS, SubmissionReport, csv_row, feedback_markdown
 from labkit.grading.roster import Submission
 from labkit.grading.rubric import Rubric
@@ -48,10 +48,6 @@ __all__ = [
 MANIFEST = "roster.json"
 SUMMARY_CHART = "summary.png"
 BINS = 10  # score distribution: tenths of max_score
-
-
-class MergeError(LabkitError):
-    """Shard folders that do not add up to one class; the message says which and why."""
 
 
 @dataclass(frozen=True)

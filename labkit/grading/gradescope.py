@@ -35,6 +35,7 @@ from typing import Any
 
 from labkit.checks import CheckResult
 from labkit.checks.catalogue import BY_ID
+from labkit.errors import NotGradable
 from labkit.grading.report import SubmissionReport, feedback_markdown
 from labkit.grading.roster import Submission, grade_in_worker
 from labkit.grading.rubric import Rubric
@@ -58,10 +59,6 @@ SKIPPED_DIRS = {".git", ".ipynb_checkpoints", "__pycache__", ".venv", "venv", "n
 BUNDLE_PACKAGES = {"labkit", "mock_upstream", "notebooks", "binder", ".github"}
 TTFT_BOARD = "TTFT added by the proxy (ms)"
 NOT_DECIDED = "not decided"
-
-
-class NotGradable(Exception):
-    """The upload holds nothing that can be graded; the message says what to upload."""
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ import psutil
 
 import labkit
 import mock_upstream
+from labkit.errors import SandboxUnavailableError
 from labkit.grading.cgroups import Cgroup
 
 __all__ = [
@@ -334,7 +335,8 @@ def _bubblewrap_works() -> str:
 
 def choose(limits: Limits | None = None, kind: Kind | None = None) -> Isolation:
     """The strongest isolation this machine allows, or ``kind`` if given (``LABKIT_SANDBOX``
-    may name one)."""
+    may name one). Raises :class:`~labkit.errors.SandboxUnavailableError` when the sandbox
+    asked for cannot run here: a grading setup error, not a verdict on a submission."""
     limits = limits or Limits()
     wanted = kind or os.environ.get("LABKIT_SANDBOX") or None
     if wanted == "none":
@@ -343,5 +345,5 @@ def choose(limits: Limits | None = None, kind: Kind | None = None) -> Isolation:
     if not why_not:
         return Bubblewrap(limits)
     if wanted == "bubblewrap":
-        raise RuntimeError(f"LABKIT_SANDBOX=bubblewrap, but {why_not}")
+        raise SandboxUnavailableError(sandbox="bubblewrap", why_not=why_not)
     return NoSandbox(limits, why_not)

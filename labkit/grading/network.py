@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from errno import EPERM
 from typing import Literal
 
-from labkit.errors import LabkitError
+from labkit.errors import NetworkSetupError
 
 __all__ = [
     "NETWORK_ENV",
@@ -59,11 +59,6 @@ _ASK = (
     "run the grader as root, or where unprivileged user namespaces are allowed, to give each "
     "grading a network of its own"
 )
-
-
-class NetworkSetupError(LabkitError):
-    """This process moved into a namespace of its own that is not usable (its loopback is
-    down, or it holds no loopback): nothing could be graded in it."""
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 
 from labkit.checks.catalogue import select
 from labkit.checks.machine import cpu_limit
-from labkit.errors import LabkitError
+from labkit.errors import GradingError
 from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.rubric import Rubric
 from labkit.grading.sandbox import clean_env
@@ -43,10 +43,6 @@ __all__ = [
 ]
 
 WORKER_GRACE_S = 20.0  # on top of the rubric's submission limit: process start-up and cleanup
-
-
-class GradingError(LabkitError):
-    """Grading could not be set up (bad paths, a worker that could not start the mocks)."""
 
 
 @dataclass(frozen=True)

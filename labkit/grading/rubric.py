@@ -33,7 +33,7 @@ from typing import Any
 from labkit.checks import CHECK_IDS
 from labkit.checks.catalogue import ALL_IDS, BY_ID
 from labkit.checks.machine import budget_scale
-from labkit.errors import LabkitError
+from labkit.errors import RubricError
 
 __all__ = ["CENT", "DEFAULT_MAX_SCORE", "DEFAULT_SUBMISSION_TIMEOUT_S", "Rubric", "RubricError"]
 
@@ -43,14 +43,6 @@ CENT = 0.01  # the smallest part of a point a platform shows (Rubric.allot)
 START_MARGIN_S = 30.0  # starting the proxy and the mocks, beside the longest check
 _TOP_KEYS = ("max_score", "submission_timeout_s", "inconclusive", "weights")
 INCONCLUSIVE_POLICIES = ("leave_out", "award")
-
-
-class RubricError(LabkitError):
-    """A rubric file that cannot be used; the message says which key and what to write."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"Rubric {path}: {problem}. Fix the file, or leave --rubric out.")
-        self.path = path
 
 
 @dataclass(frozen=True)

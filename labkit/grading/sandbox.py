@@ -1,9 +1,12 @@
 """Where learner code runs: a stripped environment, a temporary directory, a child process.
 
 ``clean_env`` keeps only what Python needs to start (no API keys, no cloud tokens, no HTTP proxy
-settings). ``start_proxy`` serves a submission in a child process and turns every way that can
-fail (syntax error, import error, no ``app``, a startup that raises, an endless loop at import)
-into a ``Problem`` with a plain message and what to do next.
+settings). ``start_proxy`` serves a submission in a child process; ``problem_from`` turns every
+way that can fail (syntax error, import error, no ``app``, a startup that raises, an endless loop
+at import) into a ``Problem`` with a plain message and what to do next. The problem's kind comes
+from the error's class and, for a file that could not be loaded, from the kind the child
+reported (``TargetLoadError.reason``), never from a message's wording: rewording a message
+changes no verdict (``tests/labkit_core/test_error_kinds.py`` rewords them all).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from labkit.checks.machine import start_scale
 from labkit.errors import (
     AppStartupError,
     InvalidTargetError,
+    LoadFailure,
+    MemoryLimitExceeded,
     ServerExitedError,
     ServerStartError,
     StartTimeoutError,
@@ -68,18 +73,6 @@ def clean_env(
     )
     env.update(extra or {})
     return env
-
-
-class MemoryLimitExceeded(ServerStartError):
-    """The kernel stopped the proxy while it started: it held more memory than allowed."""
-
-    def __init__(self, *, name: str, limit_bytes: int) -> None:
-        super().__init__(
-            f"{name!r} was stopped while it started: it held more than "
-            f"{limit_bytes // (1024 * 1024)} MiB of memory.",
-            name=name,
-        )
-        self.limit_bytes = limit_bytes
 
 
 class SandboxedProxy(SubprocessServer):
@@ -174,30 +167,8 @@ def problem_from(exc: BaseException, file_name: str) -> Problem:
             f"the proxy in {file_name} was stopped: it held more than {limit} MiB of memory "
             f"while it started (the limit for one proxy process). {AGAIN}",
         )
-    if isinstance(exc, TargetLoadError):
-        error = exc.error
-        # what loading raised, by class name (the child reports it; older reports only say it
-        # first in the error text)
-        raised = exc.exception or error.split(":", 1)[0]
-        if raised in ("SyntaxError", "IndentationError", "TabError"):
-            kind = "syntax_error"
-            message = f"{file_name} has a syntax error: {error}. {AGAIN}"
-        elif raised in ("ModuleNotFoundError", "ImportError"):
-            kind = "import_error"
-            message = (
-                f"{file_name} could not be imported: {error}. Use only the packages the lab "
-                f"installs (fastapi, starlette, httpx, ...). {AGAIN}"
-            )
-        elif raised == "AttributeError" and "module-level" in error:
-            kind = "no_app"
-            message = (
-                f"{file_name} defines no module-level `app`: the grader serves `app` "
-                f"(e.g. `app = FastAPI()`). {AGAIN}"
-            )
-        else:
-            kind = "load_error"
-            message = f"{file_name} raised while it was imported: {error}. {AGAIN}"
-        return Problem(kind, message, exc.details)
+    if isinstance(exc, TargetLoadError):  # the problem's kind is how the child saw it fail
+        return Problem(exc.reason, _load_message(exc.reason, exc.error, file_name), exc.details)
     if isinstance(exc, AppStartupError):
         return Problem(
             "startup_failed",
@@ -220,3 +191,19 @@ def problem_from(exc: BaseException, file_name: str) -> Problem:
     if isinstance(exc, InvalidTargetError | ServerStartError):
         return Problem("start_failed", f"the proxy in {file_name} did not start: {exc}")
     return Problem("start_failed", f"the proxy in {file_name} did not start: {exc!r}")
+
+
+def _load_message(reason: LoadFailure, error: str, file_name: str) -> str:
+    if reason == "syntax_error":
+        return f"{file_name} has a syntax error: {error}. {AGAIN}"
+    if reason == "import_error":
+        return (
+            f"{file_name} could not be imported: {error}. Use only the packages the lab "
+            f"installs (fastapi, starlette, httpx, ...). {AGAIN}"
+        )
+    if reason == "no_app":
+        return (
+            f"{file_name} defines no module-level `app`: the grader serves `app` "
+            f"(e.g. `app = FastAPI()`). {AGAIN}"
+        )
+    return f"{file_name} raised while it was imported: {error}. {AGAIN}"

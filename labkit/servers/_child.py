@@ -3,10 +3,12 @@
 Run as ``python -m labkit.servers._child --target T --ready-file F ...``. The child binds the socket
 itself (port 0 by default) and, once uvicorn is serving, writes a ``ready``
 :class:`~labkit.servers._status.ChildStatus` with the port to the ready file. If it cannot get
-that far it writes the status that says why (``load_error``, ``port_in_use``, ``bind_error``,
-``startup_failed``, with the error and its traceback), so the parent can raise the matching
-error with a plain message. Everything the target prints goes to this process's stdout/stderr,
-which the parent keeps in files.
+that far it writes the status that says why (``syntax_error``, ``import_error``, ``no_app``,
+``load_error``, ``port_in_use``, ``bind_error``, ``startup_failed``, with the error and its
+traceback), so the parent can raise the matching error with a plain message. How loading failed
+is decided here, where the exception itself is at hand (by its class, or by where loading
+stopped), and travels as that kind: nobody reads it back out of the message. Everything the
+target prints goes to this process's stdout/stderr, which the parent keeps in files.
 """
 
 from __future__ import annotations
@@ -21,23 +23,26 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import uvicorn
 
-from labkit.errors import PortInUseError, ServerStartError
+from labkit.errors import LoadFailure, PortInUseError, ServerStartError
 from labkit.servers._handles import KEEP_ALIVE_S, bind_socket
 from labkit.servers._status import ChildStatus
 
 GRACEFUL_TIMEOUT = 1
+_MISSING = object()  # the module has no attribute of the name to serve
 
 
 def _summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def load_target(target: str) -> Any:
-    """Import ``/path/file.py[:attr]`` or ``package.module[:attr]`` and return the attribute."""
+def import_target(target: str) -> tuple[ModuleType, str, str]:
+    """Import the module of ``/path/file.py[:attr]`` or ``package.module[:attr]``: the module,
+    the attribute to serve (``app`` unless named) and the module's name to show in a message."""
     if ".py:" in target or target.endswith(".py"):
         file_part, _, attr = target.rpartition(":") if ".py:" in target else (target, "", "")
         attr = attr or "app"
@@ -56,12 +61,26 @@ def load_target(target: str) -> Any:
         attr = attr or "app"
         module = importlib.import_module(module_name)
         shown = module_name
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise AttributeError(
-            f"{shown} has no module-level {attr!r} (define e.g. `{attr} = FastAPI()`)"
-        ) from None
+    return module, attr, shown
+
+
+def load_failure(exc: BaseException) -> LoadFailure:
+    """How importing a target failed, by the class of what it raised: a typo (``SyntaxError``
+    and its ``IndentationError``, ``TabError``), a missing import (``ImportError``, with
+    ``ModuleNotFoundError``), or anything else the module raised."""
+    if isinstance(exc, SyntaxError):
+        return "syntax_error"
+    if isinstance(exc, ImportError):
+        return "import_error"
+    return "load_error"
+
+
+def _load_failed(ready_file: str, reason: LoadFailure, exc: BaseException) -> int:
+    details = "".join(traceback.format_exception(exc))
+    print(details, end="", file=sys.stderr)
+    status = ChildStatus(reason, error=_summary(exc), exception=type(exc).__name__, details=details)
+    status.write(ready_file)
+    return 2
 
 
 class _ErrorLines(logging.Handler):
@@ -103,16 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("uvicorn.error").addHandler(errors)
 
     try:
-        app = load_target(args.target)
+        module, attr, shown = import_target(args.target)
+        app: Any = getattr(module, attr, _MISSING)
     except BaseException as exc:  # SyntaxError, ImportError, anything the module raises
-        traceback.print_exc()
-        details = "".join(traceback.format_exception(exc))
-        exception = type(exc).__name__
-        status = ChildStatus(
-            "load_error", error=_summary(exc), exception=exception, details=details
+        return _load_failed(args.ready_file, load_failure(exc), exc)
+    if app is _MISSING:
+        missing = AttributeError(
+            f"{shown} has no module-level {attr!r} (define e.g. `{attr} = FastAPI()`)"
         )
-        status.write(args.ready_file)
-        return 2
+        return _load_failed(args.ready_file, "no_app", missing)
 
     try:
         sock = bind_socket(args.host, args.port, name=args.name)

@@ -26,7 +26,12 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from labkit.errors import ServerExitedError, ServerStartError, StartTimeoutError
+from labkit.errors import (
+    AlreadyStartedError,
+    ServerExitedError,
+    ServerStartError,
+    StartTimeoutError,
+)
 from labkit.servers._handles import ServerHandle, registry
 
 __all__ = ["ProcessServer"]
@@ -117,7 +122,7 @@ class ProcessServer(ServerHandle):
     def start(self) -> ProcessServer:
         """Start the child; return once it is ready. Raises ``ServerStartError``."""
         if self.process is not None:
-            raise RuntimeError(f"{self.name!r} was already started; make a new server")
+            raise AlreadyStartedError(name=self.name, handle="server")
         inherited = dict(os.environ) if self.inherit_env else {}
         env = {**inherited, **self.env}
         fds = () if self.sock is None else (self.sock.fileno(),)

@@ -2,8 +2,11 @@
 
 The child (``labkit.servers._child``) writes exactly one :class:`ChildStatus` to the ready file the
 parent named, whole and then renamed into place, so the parent never reads half of one. Its
-``kind`` says how the start went; the parent (``labkit.servers._subprocess``) turns every kind but
-``ready`` into the matching error class of ``labkit.errors``.
+``kind`` says how the start went, as precisely as the child knows it: a target that could not be
+loaded says how (a :data:`~labkit.errors.LoadFailure`: ``syntax_error``, ``import_error``,
+``no_app``, ``load_error``). The parent (``labkit.servers._subprocess``) turns every kind but
+``ready`` into the matching error class of ``labkit.errors``, the kind itself carried as data, so
+nothing downstream reads the wording of ``error``.
 """
 
 from __future__ import annotations
@@ -14,10 +17,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-__all__ = ["ChildStatus", "Kind"]
+from labkit.errors import LoadFailure
 
-Kind = Literal["ready", "load_error", "port_in_use", "bind_error", "startup_failed"]
+__all__ = ["LOAD_FAILURES", "ChildStatus", "Kind"]
+
+Kind = Literal["ready", LoadFailure, "port_in_use", "bind_error", "startup_failed"]
 KINDS: frozenset[str] = frozenset(get_args(Kind))
+#: the kinds that say a target could not be loaded (each becomes a ``TargetLoadError``)
+LOAD_FAILURES: frozenset[LoadFailure] = frozenset(get_args(LoadFailure))
 
 
 @dataclass(frozen=True)
@@ -28,7 +35,7 @@ class ChildStatus:
     port: int = 0
     pid: int = 0
     error: str = ""  # one line, e.g. "SyntaxError: invalid syntax (proxy.py, line 3)"
-    exception: str = ""  # the class name of what the target raised, for "load_error"
+    exception: str = ""  # the class name of what loading the target raised, for a person
     details: str = ""  # the traceback, when there is one
 
     def write(self, path: str | os.PathLike[str]) -> None:

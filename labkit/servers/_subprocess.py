@@ -4,7 +4,8 @@ The grader serves each learner's ``proxy.py`` this way: a crash, a blocking call
 ``os._exit`` in it cannot take the caller down, and ``stop()`` kills the child's whole process
 group. The child (``python -m labkit.servers._child``) binds port 0 and reports the real port,
 or the reason it could not start, as one typed :class:`~labkit.servers._status.ChildStatus` in a
-file; each kind but ``ready`` maps to an error class (``_START_ERRORS``). Its stdout and stderr
+file; each kind but ``ready`` maps to an error class (``_START_ERRORS``), and a target that
+could not be loaded keeps its kind as ``TargetLoadError.reason``. Its stdout and stderr
 go to files that the handle keeps (``.stderr()``), so a failed start can quote the end of the
 child's stderr. Starting, waiting and stopping are :class:`ProcessServer`'s.
 """
@@ -16,16 +17,18 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import cast
 
 from labkit.errors import (
     AppStartupError,
     InvalidTargetError,
+    LoadFailure,
     PortInUseError,
     ServerStartError,
     TargetLoadError,
 )
 from labkit.servers._process import ProcessServer
-from labkit.servers._status import ChildStatus, Kind
+from labkit.servers._status import LOAD_FAILURES, ChildStatus, Kind
 
 __all__ = [
     "CHILD_MODULE",
@@ -137,12 +140,15 @@ class SubprocessServer(ProcessServer):
 
 
 def _target_load_error(server: SubprocessServer, status: ChildStatus) -> ServerStartError:
+    """A target that could not be loaded, with how (the status's kind) carried as data."""
     target = server.target
     shown = target.rpartition(":")[0] if ".py:" in target else target
+    reason = cast(LoadFailure, status.kind)  # _START_ERRORS sends only these kinds here
     return TargetLoadError(
         name=server.name,
         target=shown,
         error=status.error,
+        reason=reason,
         details=status.details,
         exception=status.exception,
     )
@@ -153,7 +159,7 @@ _START_ERRORS: dict[Kind, Callable[[SubprocessServer, ChildStatus], ServerStartE
     "port_in_use": lambda server, _status: PortInUseError(
         name=server.name, host=server.host, port=server.port
     ),
-    "load_error": _target_load_error,
+    **dict.fromkeys(LOAD_FAILURES, _target_load_error),
     "startup_failed": lambda server, status: AppStartupError(
         name=server.name, error=status.error, details=status.details
     ),

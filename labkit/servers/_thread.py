@@ -24,7 +24,12 @@ from typing import Any
 
 import uvicorn
 
-from labkit.errors import AppStartupError, ServerExitedError, StartTimeoutError
+from labkit.errors import (
+    AlreadyStartedError,
+    AppStartupError,
+    ServerExitedError,
+    StartTimeoutError,
+)
 from labkit.servers._handles import KEEP_ALIVE_S, ServerHandle, bind_socket, registry
 
 __all__ = ["DEFAULT_GRACEFUL_TIMEOUT", "DEFAULT_START_TIMEOUT", "ThreadServer"]
@@ -128,7 +133,7 @@ class ThreadServer(ServerHandle):
     def start(self) -> ThreadServer:
         """Start serving; return once requests are accepted. Raises ``ServerStartError``."""
         if self._thread is not None:
-            raise RuntimeError(f"{self.name!r} was already started; make a new ThreadServer")
+            raise AlreadyStartedError(name=self.name, handle="ThreadServer")
         sock = bind_socket(self.host, self.port, name=self.name)
         self.port = sock.getsockname()[1]
         ready = threading.Event()

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Final
 
-from labkit.errors import LabkitError, ServerStartError
+from labkit.errors import NGINX_INSTALL_HINT, NginxNotFoundError, ServerStartError
 from labkit.servers._handles import bind_socket, registry
 from labkit.servers._process import ProcessServer
 
@@ -34,11 +34,7 @@ __all__ = [
     "start_nginx",
 ]
 
-INSTALL_HINT: Final = (
-    "Install it with `apt-get install nginx` (Debian/Ubuntu, as root) or "
-    "`conda install -c conda-forge nginx` (conda users; environment.yml lists it), "
-    "then restart the kernel."
-)
+INSTALL_HINT: Final = NGINX_INSTALL_HINT
 DEFAULT_START_TIMEOUT: Final = 5.0
 _SEARCH_PATH: Final = ("/usr/sbin", "/usr/local/sbin", "/usr/local/nginx/sbin", "/opt/homebrew/bin")
 
@@ -68,15 +64,6 @@ http {{
     }}
 }}
 """
-
-
-class NginxNotFoundError(LabkitError):
-    """No nginx executable on this machine."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "Expected an nginx executable on PATH or in /usr/sbin, found none. " + INSTALL_HINT
-        )
 
 
 def find_nginx() -> str:

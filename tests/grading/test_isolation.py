@@ -15,9 +15,8 @@ import psutil
 import pytest
 
 from labkit import serve
-from labkit.errors import TargetLoadError
 from labkit.grading.isolation import Cgroup, Limits, NoSandbox, choose
-from labkit.grading.sandbox import problem_from, start_proxy
+from labkit.grading.sandbox import start_proxy
 from labkit.upstream import MockUpstream
 from mock_upstream import DEBUG_TOKEN_HEADER, create_app
 
@@ -175,27 +174,6 @@ def test_the_served_process_is_found_inside_the_sandbox_wrappers(tmp_path: Path)
         assert command[1:3] == ["-m", "labkit.servers._child"]
     finally:
         proxy.stop()
-
-
-@pytest.mark.parametrize(
-    ("raised", "error", "kind"),
-    [
-        ("IndentationError", "expected an indented block (proxy.py, line 3)", "syntax_error"),
-        ("ModuleNotFoundError", "No module named 'flask'", "import_error"),
-        ("AttributeError", "proxy.py has no module-level `app`", "no_app"),
-        ("RuntimeError", "no database", "load_error"),
-        ("", "SyntaxError: invalid syntax (proxy.py, line 1)", "syntax_error"),
-    ],
-)
-def test_a_load_failure_is_classified_by_what_was_raised(
-    raised: str, error: str, kind: str
-) -> None:
-    """The child reports the class of what loading raised; the grader's problem kind follows
-    it, not the wording of the message (an older report, without the class, still works)."""
-    exc = TargetLoadError(name="proxy", target="proxy.py", error=error, exception=raised)
-    problem = problem_from(exc, "proxy.py")
-    assert problem.kind == kind
-    assert problem.message.startswith("proxy.py ")
 
 
 def test_one_cgroup_class_sets_cpu_memory_and_processes_on_cgroup_v2(tmp_path: Path) -> None:

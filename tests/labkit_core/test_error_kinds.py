@@ -1,0 +1,302 @@
+"""Errors are one hierarchy in one module, and each carries its kind as data: no verdict reads a
+message.
+
+Every exception class labkit defines lives in ``labkit/errors.py`` under ``LabkitError``, with a
+``kind`` of its own and the ``exit_code`` the CLI uses. Why a submission's proxy did not start
+travels as a kind from the child process to the grader's report; the proof is a test that
+rewords every message and sees the same verdicts for real failing submissions.
+
+``mock_upstream`` is a separate package, not labkit: its own ``ApiError``, ``ScenarioError`` and
+``ConnectionDropped`` stay there, and these tests walk ``labkit`` only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import builtins
+import dataclasses
+import importlib
+import inspect
+import os
+import pkgutil
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import get_args
+
+import pytest
+
+import labkit
+import labkit.errors as errors
+from labkit.cli import main
+from labkit.errors import LabkitError, LoadFailure, TargetLoadError, UsageError
+from labkit.grading import sandbox
+from labkit.grading.cgroups import Cgroup
+from labkit.grading.isolation import Limits
+from labkit.grading.sandbox import problem_from, start_proxy
+from labkit.servers._child import load_failure
+from labkit.servers._status import ChildStatus
+
+PACKAGE = Path(labkit.__file__).parent
+#: Exception classes labkit defines that cannot live in labkit/errors.py, and why.
+ALLOWED_ELSEWHERE = {
+    "labkit.chat.hub.BrowserLeftError": (
+        "it must subclass Tornado's HTTPInputError (so Tornado ends the proxied response "
+        "quietly), and Tornado is imported only inside the function that patches "
+        "jupyter-server-proxy, where the class is defined"
+    ),
+}
+
+
+def _import_every_module() -> None:
+    for module in pkgutil.walk_packages(labkit.__path__, "labkit."):
+        importlib.import_module(module.name)
+
+
+def _subclasses(cls: type) -> set[type]:
+    found = set(cls.__subclasses__())
+    return found.union(*(_subclasses(sub) for sub in found))
+
+
+def _labkit_exception_classes() -> set[type[BaseException]]:
+    _import_every_module()
+    return {
+        cls
+        for cls in _subclasses(BaseException)
+        if cls.__module__ == "labkit" or cls.__module__.startswith("labkit.")
+    }
+
+
+def _error_classes() -> list[type[LabkitError]]:
+    return [LabkitError, *sorted(_subclasses(LabkitError), key=lambda c: c.__name__)]
+
+
+def test_every_exception_class_labkit_defines_is_a_labkit_error_in_errors_py() -> None:
+    misplaced = {
+        f"{cls.__module__}.{cls.__qualname__}"
+        for cls in _labkit_exception_classes()
+        if cls.__module__ != "labkit.errors" or not issubclass(cls, LabkitError)
+    }
+    assert misplaced - set(ALLOWED_ELSEWHERE) == set()
+
+
+def _looks_like_an_exception(base: ast.expr) -> bool:
+    name = ast.unparse(base).rsplit(".", 1)[-1]
+    builtin = getattr(builtins, name, None)
+    is_builtin_exception = isinstance(builtin, type) and issubclass(builtin, BaseException)
+    return is_builtin_exception or name.endswith(("Error", "Exception", "Exceeded"))
+
+
+def _classes_defined_in_functions() -> Iterator[str]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for function in ast.walk(tree):
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                for node in ast.walk(function):
+                    if isinstance(node, ast.ClassDef) and any(
+                        _looks_like_an_exception(b) for b in node.bases
+                    ):
+                        yield f"{module}.{node.name}"
+
+
+def test_no_exception_class_hides_inside_a_function() -> None:
+    """A class made when a function runs is invisible to the import walk above: each one is
+    read from the source instead and must be one of the explicit exceptions."""
+    assert set(_classes_defined_in_functions()) <= set(ALLOWED_ELSEWHERE)
+
+
+def test_every_error_class_has_a_snake_case_kind_of_its_own() -> None:
+    classes = _error_classes()
+    for cls in classes:
+        assert "kind" in vars(cls), f"{cls.__name__} inherits its kind; give it its own"
+        assert re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)*", cls.kind), cls.kind
+    kinds = [cls.kind for cls in classes]
+    assert len(kinds) == len(set(kinds)), sorted(k for k in kinds if kinds.count(k) > 1)
+
+
+def test_every_error_stops_the_cli_with_exit_code_two() -> None:
+    """2 is a usage or setup error (the CLI's docstring); 1 is kept for a failed check."""
+    assert UsageError.exit_code == 2
+    assert {cls.exit_code for cls in _error_classes()} == {2}
+
+
+def test_the_cli_exits_with_the_code_the_error_carries(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Odd(LabkitError):
+        kind = "odd_error_of_this_test"
+        exit_code = 7
+
+    def run(_args: argparse.Namespace) -> int:
+        raise Odd("something odd; do the other thing")
+
+    parser = argparse.ArgumentParser(prog="labkit")
+    parser.set_defaults(run=run)
+    monkeypatch.setattr("labkit.cli.build_parser", lambda: parser)
+    assert main([]) == 7
+    assert capsys.readouterr().err == "error: something odd; do the other thing\n"
+
+
+@pytest.mark.parametrize(
+    ("raised", "reason"),
+    [
+        (SyntaxError("invalid syntax"), "syntax_error"),
+        (IndentationError("expected an indented block"), "syntax_error"),
+        (TabError("inconsistent use of tabs"), "syntax_error"),
+        (ImportError("cannot import name 'x'"), "import_error"),
+        (ModuleNotFoundError("No module named 'flask'"), "import_error"),
+        (RuntimeError("no database"), "load_error"),
+        (AttributeError("module 'os' has no attribute 'nope'"), "load_error"),
+        (SystemExit(1), "load_error"),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else v,
+)
+def test_the_child_names_a_load_failure_by_the_class_of_what_was_raised(
+    raised: BaseException, reason: str
+) -> None:
+    """An AttributeError raised by the module is its own error, not a missing ``app``: the
+    child says ``no_app`` only where it looked for ``app`` and found none."""
+    assert load_failure(raised) == reason
+
+
+@pytest.mark.parametrize("reason", get_args(LoadFailure))
+def test_a_load_failure_becomes_the_problem_of_the_same_kind(reason: LoadFailure) -> None:
+    exc = TargetLoadError(name="proxy", target="proxy.py", error="E: x", reason=reason)
+    problem = problem_from(exc, "proxy.py")
+    assert problem.kind == reason
+    assert problem.message.startswith("proxy.py ")
+
+
+# Real submissions that fail to start in each way the grader reports, and the verdict it gives.
+STARTUP_RAISES = (
+    "from contextlib import asynccontextmanager\n"
+    "from fastapi import FastAPI\n\n\n"
+    "@asynccontextmanager\n"
+    "async def lifespan(app):\n"
+    "    raise RuntimeError('no database')\n"
+    "    yield\n\n\n"
+    "app = FastAPI(lifespan=lifespan)\n"
+)
+FAILING_SUBMISSIONS = {
+    "syntax_error": "def broken(:\n    pass\n",
+    "import_error": "import not_a_module_anyone_has\n",
+    "no_app": "application = None\n",
+    "load_error": "raise RuntimeError('no database')\n",
+    "startup_failed": STARTUP_RAISES,
+    "start_timeout": "while True:\n    pass\n",
+    "exited": "import os\nos._exit(3)\n",
+    "memory_limit": "_held = bytearray(600 * 1024 * 1024)\n",
+}
+REWORDED = "(reworded: nothing of the original wording is left)"
+
+
+def _reword(text: str) -> str:
+    return REWORDED if text else text
+
+
+@pytest.fixture
+def every_message_reworded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every text the child reports (its error, the class name it raised, the traceback) and
+    every error's message say something else; kinds and numbers stay."""
+    read = ChildStatus.read.__func__  # type: ignore[attr-defined]
+
+    def read_reworded(cls: type[ChildStatus], path: Path) -> ChildStatus | None:
+        status: ChildStatus | None = read(cls, path)
+        if status is None or status.kind == "ready":
+            return status
+        return dataclasses.replace(
+            status,
+            error=_reword(status.error),
+            exception=_reword(status.exception),
+            details=_reword(status.details),
+        )
+
+    monkeypatch.setattr(ChildStatus, "read", classmethod(read_reworded))
+    for cls in _error_classes():
+        if cls.__module__ == "labkit.errors":
+            monkeypatch.setattr(cls, "__str__", lambda self: REWORDED)
+
+
+def _reword_the_error(exc: BaseException) -> None:
+    """What the parent wrote into the error (its ``error``, ``how``, stderr...), reworded too:
+    only its typed ``reason`` is data."""
+    exc.args = (REWORDED,)
+    for name, value in list(vars(exc).items()):
+        if isinstance(value, str) and name != "reason":
+            setattr(exc, name, _reword(value))
+
+
+def _memory_limit_unavailable() -> str:
+    if os.geteuid() != 0:
+        return "a memory limit needs a cgroup, which needs root"
+    cgroup = Cgroup.create(Limits())
+    if cgroup is None:
+        return "no cgroup with a memory limit can be made here"
+    cgroup.remove()
+    return ""
+
+
+@pytest.mark.usefixtures("every_message_reworded")
+@pytest.mark.parametrize("verdict", list(FAILING_SUBMISSIONS))
+def test_rewording_every_message_changes_no_start_failure_verdict(
+    verdict: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug: a submission without ``app`` was told apart from one that raised while it was
+    imported by the words "module-level" in the child's message, so rewording it turned the
+    verdict ``no_app`` into ``load_error``. Fix: the child reports which failure it was."""
+    if verdict == "memory_limit" and (why := _memory_limit_unavailable()):
+        pytest.skip(why)
+    if verdict == "start_timeout":  # the verdict is the same at any limit; wait less for it
+        monkeypatch.setattr(sandbox, "PROXY_START_TIMEOUT_S", 3.0)
+    submission = tmp_path / "proxy.py"
+    submission.write_text(FAILING_SUBMISSIONS[verdict], encoding="utf-8")
+    with pytest.raises(LabkitError) as info:
+        start_proxy(
+            submission,
+            upstream_url="http://127.0.0.1:9",
+            usage_log=tmp_path / "usage.jsonl",
+            cwd=tmp_path,
+        ).stop()  # not reached: each of these fails to start
+    exc = info.value
+    _reword_the_error(exc)
+    assert str(exc) == REWORDED
+    assert problem_from(exc, "proxy.py").kind == verdict
+
+
+def test_errors_py_imports_nothing_from_labkit() -> None:
+    """The bottom of the layers: every other module may import its errors from it."""
+    tree = ast.parse(inspect.getsource(errors))
+    imported = {
+        node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module is not None
+    }
+    assert not any(name.startswith("labkit") for name in imported)
+
+
+def test_a_sandbox_that_cannot_run_is_a_setup_error_not_a_crashed_grader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bug: with LABKIT_SANDBOX=bubblewrap and a bwrap that cannot run, the worker died of a
+    bare RuntimeError, and the submission was reported ``grader_crashed``. Fix: the error is a
+    LabkitError, which the worker reports as a setup error and the CLI prints (exit code 2)."""
+    refusing = tmp_path / "bin"
+    refusing.mkdir()
+    bwrap = refusing / "bwrap"
+    bwrap.write_text("#!/bin/sh\necho 'bwrap: no user namespaces here' >&2\nexit 1\n")
+    bwrap.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{refusing}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("LABKIT_SANDBOX", "bubblewrap")
+    submission = tmp_path / "proxy.py"
+    submission.write_text("from fastapi import FastAPI\n\napp = FastAPI()\n", encoding="utf-8")
+
+    assert main(["grade", str(submission), "--only", "trickle"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        "error: LABKIT_SANDBOX=bubblewrap, but bwrap is refused here (bwrap: no user namespaces "
+        "here; in a container?). Make bubblewrap work here, or unset LABKIT_SANDBOX to grade in "
+        "the strongest sandbox this machine allows (each report names it).\n"
+    )
