@@ -238,6 +238,7 @@ def _memory_limit_unavailable() -> str:
     return ""
 
 
+@pytest.mark.sockets  # starts the proxy's process
 @pytest.mark.usefixtures("every_message_reworded")
 @pytest.mark.parametrize("verdict", list(FAILING_SUBMISSIONS))
 def test_rewording_every_message_changes_no_start_failure_verdict(
@@ -276,6 +277,7 @@ def test_errors_py_imports_nothing_from_labkit() -> None:
     assert not any(name.startswith("labkit") for name in imported)
 
 
+@pytest.mark.sockets  # starts the grading worker
 def test_a_sandbox_that_cannot_run_is_a_setup_error_not_a_crashed_grader(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
