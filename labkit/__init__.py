@@ -1,7 +1,8 @@
 """Helpers for the Streaming Proxy Lab notebooks, grader and tests.
 
 Everything a notebook needs is importable from here: ``from labkit import serve, capture_stream``.
-``__all__`` is that surface, and a test keeps it whole (every public name here is in it). The
+That surface is written once, in ``_WHERE`` (each name and the module it comes from): ``__all__``
+is derived from it, and a test keeps it whole (every public name here is in it). The
 submodules' own paths (``labkit.checks``, ``labkit.servers``) keep working for older notebooks.
 Servers of every kind live in one package, ``labkit.servers``.
 
@@ -29,119 +30,70 @@ what the notebooks, the command line and the learner bundle use.
 import importlib
 import typing
 
+# For type checkers, which do not run __getattr__: _WHERE below, as re-exporting imports. A test
+# (tests/labkit_core/test_public_api.py) checks the two agree and prints this block when not.
 if typing.TYPE_CHECKING:
-    from labkit.capture import Capture, Chunk, Comment, Event, acapture_stream, capture_stream
-    from labkit.chat import chat_page, machine_source
-    from labkit.chat.browser import BrowserUnavailableError, ChatBrowser, browser_problem
-    from labkit.checks import CheckResult, arun_checks, run_checks
-    from labkit.engine import EngineHandle, EngineSettings, engine_if_built, start_engine
-    from labkit.errors import (
-        AppStartupError,
-        CaptureError,
-        EngineBuildError,
-        EngineNotBuiltError,
-        EngineReadError,
-        InvalidTargetError,
-        LabkitError,
-        MockUpstreamError,
-        PortInUseError,
-        ServerExitedError,
-        ServerStartError,
-        StartTimeoutError,
-        TargetLoadError,
-    )
-    from labkit.notebook_checks import NotebookChecks
-    from labkit.plots import plot_cancellation, plot_gaps, plot_timeline, slope_guides
-    from labkit.proxy_file import (
-        ProxyFileError,
-        check_proxy,
-        find_proxy,
-        load_ipython_extension,
-        load_proxy,
-        write_part,
-    )
-    from labkit.regions import unwritten
-    from labkit.servers import (
-        ExternalServer,
-        NginxNotFoundError,
-        ServerHandle,
-        SubprocessServer,
-        ThreadServer,
-        find_nginx,
-        nginx_version,
-        running_servers,
-        serve,
-        serve_subprocess,
-        start_mock_upstream,
-        start_nginx,
-        stop_all,
-    )
-    from labkit.stream_gateway import RestartPolicy, make_stream_gateway
-    from labkit.upstream import MockUpstream
+    from labkit.capture import Capture as Capture
+    from labkit.capture import Chunk as Chunk
+    from labkit.capture import Comment as Comment
+    from labkit.capture import Event as Event
+    from labkit.capture import acapture_stream as acapture_stream
+    from labkit.capture import capture_stream as capture_stream
+    from labkit.chat import chat_page as chat_page
+    from labkit.chat import machine_source as machine_source
+    from labkit.chat.browser import BrowserUnavailableError as BrowserUnavailableError
+    from labkit.chat.browser import ChatBrowser as ChatBrowser
+    from labkit.chat.browser import browser_problem as browser_problem
+    from labkit.checks import CheckResult as CheckResult
+    from labkit.checks import arun_checks as arun_checks
+    from labkit.checks import run_checks as run_checks
+    from labkit.engine import EngineHandle as EngineHandle
+    from labkit.engine import EngineSettings as EngineSettings
+    from labkit.engine import engine_if_built as engine_if_built
+    from labkit.engine import start_engine as start_engine
+    from labkit.errors import AppStartupError as AppStartupError
+    from labkit.errors import CaptureError as CaptureError
+    from labkit.errors import EngineBuildError as EngineBuildError
+    from labkit.errors import EngineNotBuiltError as EngineNotBuiltError
+    from labkit.errors import EngineReadError as EngineReadError
+    from labkit.errors import InvalidTargetError as InvalidTargetError
+    from labkit.errors import LabkitError as LabkitError
+    from labkit.errors import MockUpstreamError as MockUpstreamError
+    from labkit.errors import PortInUseError as PortInUseError
+    from labkit.errors import ServerExitedError as ServerExitedError
+    from labkit.errors import ServerStartError as ServerStartError
+    from labkit.errors import StartTimeoutError as StartTimeoutError
+    from labkit.errors import TargetLoadError as TargetLoadError
+    from labkit.notebook_checks import NotebookChecks as NotebookChecks
+    from labkit.plots import plot_cancellation as plot_cancellation
+    from labkit.plots import plot_gaps as plot_gaps
+    from labkit.plots import plot_timeline as plot_timeline
+    from labkit.plots import slope_guides as slope_guides
+    from labkit.proxy_file import ProxyFileError as ProxyFileError
+    from labkit.proxy_file import check_proxy as check_proxy
+    from labkit.proxy_file import find_proxy as find_proxy
+    from labkit.proxy_file import load_ipython_extension as load_ipython_extension
+    from labkit.proxy_file import load_proxy as load_proxy
+    from labkit.proxy_file import write_part as write_part
+    from labkit.regions import unwritten as unwritten
+    from labkit.servers import ExternalServer as ExternalServer
+    from labkit.servers import NginxNotFoundError as NginxNotFoundError
+    from labkit.servers import ServerHandle as ServerHandle
+    from labkit.servers import SubprocessServer as SubprocessServer
+    from labkit.servers import ThreadServer as ThreadServer
+    from labkit.servers import find_nginx as find_nginx
+    from labkit.servers import nginx_version as nginx_version
+    from labkit.servers import running_servers as running_servers
+    from labkit.servers import serve as serve
+    from labkit.servers import serve_subprocess as serve_subprocess
+    from labkit.servers import start_mock_upstream as start_mock_upstream
+    from labkit.servers import start_nginx as start_nginx
+    from labkit.servers import stop_all as stop_all
+    from labkit.stream_gateway import RestartPolicy as RestartPolicy
+    from labkit.stream_gateway import make_stream_gateway as make_stream_gateway
+    from labkit.upstream import MockUpstream as MockUpstream
 
-__all__ = [
-    "AppStartupError",
-    "BrowserUnavailableError",
-    "Capture",
-    "CaptureError",
-    "ChatBrowser",
-    "CheckResult",
-    "Chunk",
-    "Comment",
-    "EngineBuildError",
-    "EngineHandle",
-    "EngineNotBuiltError",
-    "EngineReadError",
-    "EngineSettings",
-    "Event",
-    "ExternalServer",
-    "InvalidTargetError",
-    "LabkitError",
-    "MockUpstream",
-    "MockUpstreamError",
-    "NginxNotFoundError",
-    "NotebookChecks",
-    "PortInUseError",
-    "ProxyFileError",
-    "RestartPolicy",
-    "ServerExitedError",
-    "ServerHandle",
-    "ServerStartError",
-    "StartTimeoutError",
-    "SubprocessServer",
-    "TargetLoadError",
-    "ThreadServer",
-    "acapture_stream",
-    "arun_checks",
-    "browser_problem",
-    "capture_stream",
-    "chat_page",
-    "check_proxy",
-    "engine_if_built",
-    "find_nginx",
-    "find_proxy",
-    "load_ipython_extension",
-    "load_proxy",
-    "machine_source",
-    "make_stream_gateway",
-    "nginx_version",
-    "plot_cancellation",
-    "plot_gaps",
-    "plot_timeline",
-    "run_checks",
-    "running_servers",
-    "serve",
-    "serve_subprocess",
-    "slope_guides",
-    "start_engine",
-    "start_mock_upstream",
-    "start_nginx",
-    "stop_all",
-    "unwritten",
-    "write_part",
-]
-
-# Where each name of ``__all__`` lives.
+# The public surface, written once: each name and the module it is loaded from.
 _WHERE = {
     "AppStartupError": "labkit.errors",
     "BrowserUnavailableError": "labkit.chat.browser",
@@ -203,6 +155,8 @@ _WHERE = {
     "unwritten": "labkit.regions",
     "write_part": "labkit.proxy_file",
 }
+
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> typing.Any:

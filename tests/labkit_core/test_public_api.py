@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import inspect
@@ -25,6 +26,33 @@ def test_all_is_sorted_and_every_name_exists() -> None:
     assert sorted(labkit._WHERE) == labkit.__all__  # what loads on first use is the surface
     for name in labkit.__all__:
         assert hasattr(labkit, name), name
+
+
+def _type_checking_imports(source: str) -> dict[str, str]:
+    """Each name the ``if typing.TYPE_CHECKING:`` block of ``source`` imports, and from where."""
+    found: dict[str, str] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "typing.TYPE_CHECKING":
+            for inner in node.body:
+                assert isinstance(inner, ast.ImportFrom) and inner.module, ast.unparse(inner)
+                for alias in inner.names:
+                    assert alias.asname == alias.name, f"{alias.name}: re-export it as itself"
+                    found[alias.name] = inner.module
+    return found
+
+
+def test_type_checkers_see_the_names_that_load_at_run_time() -> None:
+    """mypy cannot run the lazy ``__getattr__``: it reads the ``TYPE_CHECKING`` imports, which
+    must name exactly ``_WHERE``'s names, each from its module."""
+    source = Path(labkit.__file__).read_text()
+    block = "\n".join(
+        f"    from {module} import {name} as {name}"
+        for name, module in sorted(labkit._WHERE.items(), key=lambda item: (item[1], item[0]))
+    )
+    assert _type_checking_imports(source) == labkit._WHERE, (
+        "labkit/__init__.py's `if typing.TYPE_CHECKING:` block and `_WHERE` differ; "
+        f"replace the block's body with:\n{block}"
+    )
 
 
 def test_every_public_name_of_the_package_is_in_all() -> None:
