@@ -7,11 +7,12 @@ that never answers; below one CPU (a small container) they are stretched by
 ``machine.budget_scale()`` (twice as long at half a CPU), so a slow machine is not mistaken for
 a proxy that stopped answering.
 
-The ``backpressure`` lane drives its upstream flat out. With a mock of its own (the grader's
-way: one ``arun_checks`` per lane, side by side in one event loop) it may run beside the other
-lanes on a machine with cores to spare; below ALONE_BELOW_CPUS it waits until every other lane
-in this event loop has finished, so its full-speed mock does not take the CPU away from the
-timed experiments (on half a CPU it stretched their probes and heartbeats by seconds).
+The ``backpressure`` lane drives its upstream flat out. On a machine with cores to spare it may
+run beside the other lanes (the grader runs one ``arun_checks`` per lane, side by side in one
+event loop, each with a mock of its own). Below ALONE_BELOW_CPUS its full-speed mock would take
+the CPU from the timed experiments running beside it and stretch their probes and heartbeats by
+seconds, so by default (``exclusive=True``) it waits until no timed lane of any ``arun_checks``
+in the same event loop is running: ``TIMED_LANES`` is where they say so.
 
 Against a real engine (``upstream="engine"``) the checks that have an engine experiment run one
 after another, each once the engine has no request running (it waits up to
@@ -25,10 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import functools
 import weakref
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 from labkit.checks.catalogue import BY_ID, SOLO_LANE, Check, lanes_for, select
 from labkit.checks.context import CheckContext, Outcome, UpstreamKind
@@ -36,7 +40,7 @@ from labkit.checks.machine import budget_scale, cpu_limit
 from labkit.checks.result import INCONCLUSIVE, CheckResult
 from labkit.errors import CaptureError, EngineReadError, MockUpstreamError
 
-__all__ = ["arun_checks", "run_checks"]
+__all__ = ["TIMED_LANES", "TimedLanes", "arun_checks", "run_checks"]
 
 REACH_STEP = "02_forwarding_proxy"
 ALONE_BELOW_CPUS = 2.0  # on fewer CPUs, the flat-out lane runs after the others
@@ -44,21 +48,46 @@ ATTEMPTS = 2  # an inconclusive check is run once more before it is reported as 
 ENGINE_IDLE_BEFORE_S = 40.0  # what a broken proxy left running on the engine, finishing
 MOCK_ONLY_HINT = "grade without --engine to run it against the mock upstream."
 
-# Lanes of checks running in each event loop (not the solo lane), as futures set when done.
-_BUSY: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, set[asyncio.Future[None]]] = (
-    weakref.WeakKeyDictionary()
-)
+
+class TimedLanes:
+    """The lanes of timed checks running in each event loop, so that a flat-out lane can wait
+    for them to end.
+
+    Two check runs sharing a small machine distort each other's timing: a mock streaming flat
+    out for ``backpressure`` takes the CPU that another lane's probes and heartbeats are timed
+    on. Every ``arun_checks`` registers its timed lanes here while they run (``running``);
+    with ``exclusive=True`` its flat-out lane first waits for all of them (``wait_idle``),
+    its own and other calls' alike. Kept per event loop, since only lanes in one loop can wait
+    for each other; a loop that ends takes its entry with it."""
+
+    def __init__(self) -> None:
+        self._running: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, set[asyncio.Future[None]]
+        ] = weakref.WeakKeyDictionary()
+
+    def _here(self) -> set[asyncio.Future[None]]:
+        return self._running.setdefault(asyncio.get_running_loop(), set())
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Count the lanes run inside this block as running in the current event loop."""
+        done = asyncio.get_running_loop().create_future()
+        self._here().add(done)
+        try:
+            yield
+        finally:
+            done.set_result(None)
+            self._here().discard(done)
+
+    async def wait_idle(self) -> None:
+        """Return once no timed lane runs in the current event loop."""
+        await asyncio.sleep(0)  # lanes started together with the caller register first
+        while pending := [f for f in self._here() if not f.done()]:
+            await asyncio.wait(pending)
 
 
-def _busy() -> set[asyncio.Future[None]]:
-    return _BUSY.setdefault(asyncio.get_running_loop(), set())
-
-
-async def _after_the_others() -> None:
-    """Wait until no other lane of checks is running in this event loop."""
-    await asyncio.sleep(0)  # lanes started together with this one register first
-    while pending := [f for f in _busy() if not f.done()]:
-        await asyncio.wait(pending)
+# One for the process: what it guards is the machine's CPU, which every check run shares.
+TIMED_LANES = TimedLanes()
 
 
 async def run_one(check: Check, ctx: CheckContext) -> CheckResult:
@@ -173,6 +202,7 @@ async def arun_checks(
     proxy_pid: int | None = None,
     upstream_token: str | None = None,
     upstream: UpstreamKind = "mock",
+    exclusive: bool = True,
 ) -> list[CheckResult]:
     """Run the checks (all, or ``only`` these ids) against the proxy at ``proxy_url``.
 
@@ -180,9 +210,14 @@ async def arun_checks(
     records), or with ``upstream="engine"`` a real engine (the checks read its counters; those
     that need the mock come back skipped, saying why). ``usage_log`` is the file the proxy
     appends usage lines to (``usage`` is skipped without it); ``proxy_pid`` the process serving
-    the proxy (``backpressure`` then reports its memory). Lanes of checks run side by side,
-    ``backpressure`` last (and, below ALONE_BELOW_CPUS, only once no other lane runs in this
-    event loop); on the engine, one check at a time. Results come in catalogue order.
+    the proxy (``backpressure`` then reports its memory); ``upstream_token`` the mock's debug
+    token, where it asks for one. Lanes of checks run side by side, ``backpressure`` last; on
+    the engine, one check at a time. Results come in catalogue order.
+
+    ``exclusive`` (the default) keeps concurrent check runs from distorting each other's
+    timing: below ALONE_BELOW_CPUS, ``backpressure``'s flat-out lane starts only once no timed
+    lane of any ``arun_checks`` in this event loop is running (``TIMED_LANES``). Pass False
+    to run it as soon as this call's own lanes end, whatever else runs.
     """
     ids = select(only)
     ctx = CheckContext(
@@ -209,37 +244,35 @@ async def arun_checks(
     lanes = lanes_for(ids)
     others = [lane for lane in lanes if lane != SOLO_LANE]
     if others:
-        running = asyncio.get_running_loop().create_future()
-        _busy().add(running)
-        try:
+        async with TIMED_LANES.running():
             await asyncio.gather(*(run_lane(lane) for lane in others))
-        finally:
-            running.set_result(None)
-            _busy().discard(running)
     if SOLO_LANE in lanes:  # its upstream runs flat out: alone, so it slows nobody down
-        if cpu_limit() < ALONE_BELOW_CPUS:
-            await _after_the_others()
+        if exclusive and cpu_limit() < ALONE_BELOW_CPUS:
+            await TIMED_LANES.wait_idle()
         await run_lane(SOLO_LANE)
     return [results[i] for i in ids]
 
 
-def run_checks(
-    proxy_url: str,
-    *,
-    upstream_url: str,
-    usage_log: str | Path | None = None,
-    only: str | Iterable[str] | None = None,
-    proxy_pid: int | None = None,
-    upstream: UpstreamKind = "mock",
-) -> list[CheckResult]:
-    """Blocking ``arun_checks``. Runs on a helper thread, so it works inside a Jupyter kernel."""
-    coroutine = arun_checks(
-        proxy_url,
-        upstream_url=upstream_url,
-        usage_log=usage_log,
-        only=only,
-        proxy_pid=proxy_pid,
-        upstream=upstream,
-    )
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _parameters_of(
+    model: Callable[_P, Coroutine[Any, Any, _T]],
+) -> Callable[[Callable[..., _T]], Callable[_P, _T]]:
+    """Give the decorated function ``model``'s parameters, for type checkers and ``help()``:
+    a blocking twin that passes everything on cannot drift from its async original."""
+
+    def give(function: Callable[..., _T]) -> Callable[_P, _T]:
+        return functools.update_wrapper(function, model, assigned=(), updated=())
+
+    return give
+
+
+@_parameters_of(arun_checks)
+def run_checks(*args: Any, **kwargs: Any) -> list[CheckResult]:
+    """Blocking ``arun_checks``, with the same parameters. Runs on a helper thread, so it works
+    inside a Jupyter kernel, whose event loop is already running."""
+    coroutine = arun_checks(*args, **kwargs)
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="labkit-checks") as pool:
         return pool.submit(asyncio.run, coroutine).result()

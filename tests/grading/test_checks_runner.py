@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from pathlib import Path
 
 import pytest
 
-from labkit import CheckResult, run_checks
+from labkit import CheckResult, arun_checks, run_checks
 from labkit.checks import CHECK_IDS
 from labkit.checks.catalogue import Check, select
 from labkit.checks.context import CheckContext
@@ -128,3 +129,10 @@ def test_no_two_checks_tag_their_requests_with_the_same_seed() -> None:
             owners.setdefault(seed, set()).add(module.__name__)
     shared = {seed: names for seed, names in owners.items() if len(names) > 1}
     assert not shared
+
+
+def test_run_checks_takes_exactly_the_parameters_of_arun_checks() -> None:
+    """The blocking twin passes everything on, so a parameter added to one is in both."""
+    blocking = inspect.signature(run_checks).parameters
+    assert blocking == inspect.signature(arun_checks).parameters
+    assert {"upstream_token", "exclusive"} <= set(blocking)

@@ -185,18 +185,22 @@ def test_the_keepalive_silence_is_the_longest_gap_the_client_saw() -> None:
 def test_the_flat_out_lane_waits_for_the_other_lanes() -> None:
     async def scenario() -> list[str]:
         order: list[str] = []
-        other = asyncio.get_running_loop().create_future()
-        runner._busy().add(other)
+        lanes = runner.TimedLanes()
+        others_may_end = asyncio.Event()
+
+        async def timed() -> None:
+            async with lanes.running():
+                await others_may_end.wait()
+                order.append("others done")
 
         async def solo() -> None:
-            await runner._after_the_others()
+            await lanes.wait_idle()
             order.append("solo")
 
-        waiting = asyncio.create_task(solo())
+        tasks = [asyncio.create_task(timed()), asyncio.create_task(solo())]
         await asyncio.sleep(0.05)
-        order.append("others done")
-        other.set_result(None)
-        await waiting
+        others_may_end.set()
+        await asyncio.gather(*tasks)
         return order
 
     assert asyncio.run(scenario()) == ["others done", "solo"]
