@@ -69,16 +69,49 @@ def _labkit_exception_classes() -> set[type[BaseException]]:
 
 
 def _error_classes() -> list[type[LabkitError]]:
-    return [LabkitError, *sorted(_subclasses(LabkitError), key=lambda c: c.__name__)]
+    """labkit's own (a test's subclass made to try the CLI is not one of them)."""
+    ours = (c for c in _subclasses(LabkitError) if c.__module__ == "labkit.errors")
+    return [LabkitError, *sorted(ours, key=lambda c: c.__name__)]
 
 
 def test_every_exception_class_labkit_defines_is_a_labkit_error_in_errors_py() -> None:
     misplaced = {
-        f"{cls.__module__}.{cls.__qualname__}"
+        f"{cls.__module__}.{cls.__name__}"  # a class made in a function: no <locals> part
         for cls in _labkit_exception_classes()
         if cls.__module__ != "labkit.errors" or not issubclass(cls, LabkitError)
     }
     assert misplaced - set(ALLOWED_ELSEWHERE) == set()
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("labkit.cli", "UsageError"),
+        ("labkit.regions", "SolutionRegionError"),
+        ("labkit.proxy_file", "ProxyFileError"),
+        ("labkit.chat.browser", "BrowserUnavailableError"),
+        ("labkit.servers", "NginxNotFoundError"),
+        ("labkit.servers.nginx", "NginxNotFoundError"),
+        ("labkit.grading.roster", "GradingError"),
+        ("labkit.grading.rubric", "RubricError"),
+        ("labkit.grading.class_results", "MergeError"),
+        ("labkit.grading.answers", "AnswersError"),
+        ("labkit.grading.gradescope", "NotGradable"),
+        ("labkit.grading.sandbox", "MemoryLimitExceeded"),
+        ("labkit.grading.cgroups", "CgroupUnavailable"),
+        ("labkit.grading.network", "NetworkSetupError"),
+    ],
+)
+def test_an_error_still_imports_from_the_module_that_raises_it(module: str, name: str) -> None:
+    """Notebooks, docs and tests import them from there (``from labkit.grading.roster import
+    GradingError``): the same class as in labkit.errors."""
+    assert getattr(importlib.import_module(module), name) is getattr(errors, name)
+
+
+def test_the_gateway_failure_is_the_error_class() -> None:
+    from labkit.stream_gateway import Failure
+
+    assert Failure is errors.GatewayFailure
 
 
 def _looks_like_an_exception(base: ast.expr) -> bool:
