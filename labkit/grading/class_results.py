@@ -258,16 +258,18 @@ def summary_lines(reports: Sequence[SubmissionReport]) -> list[str]:
 
 
 def summary_chart(reports: Sequence[SubmissionReport], path: Path) -> None:
-    """Two bar charts in one PNG: the score distribution and failures per check."""
-    import matplotlib
+    """Two bar charts in one PNG: the score distribution and failures per check.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Drawn on a bare ``Figure``, which needs no pyplot and no backend (``savefig`` picks the
+    PNG writer), so grading changes no process-wide matplotlib state; imported here, so the
+    commands that draw nothing do not load matplotlib."""
+    from matplotlib.figure import Figure
 
     counts = _distribution(reports)
     top = max(r.max_score for r in reports)
     failed = dict(_failed_most(reports))
-    figure, (scores, checks) = plt.subplots(1, 2, figsize=(11, 4))
+    figure = Figure(figsize=(11, 4))
+    scores, checks = figure.subplots(1, 2)
     labels = [f"{top * i / BINS:g}" for i in range(BINS)]
     scores.bar(labels, counts, color="#4c72b0")
     scores.set_xlabel(f"score (from; bins of {top / BINS:g})")
@@ -280,4 +282,3 @@ def summary_chart(reports: Sequence[SubmissionReport], path: Path) -> None:
     checks.set_title("Failures per check")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
-    plt.close(figure)

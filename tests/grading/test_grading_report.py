@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from labkit.checks import CheckResult
+from labkit.grading.class_results import summary_chart
 from labkit.grading.report import (
     SubmissionReport,
     csv_row,
@@ -78,3 +81,16 @@ def test_csv_row_and_json_round_trip() -> None:
     )
     again = SubmissionReport.from_json(report.to_json(), report.rubric)
     assert again.to_json() == report.to_json()
+
+
+def test_the_class_chart_is_a_png_drawn_without_changing_matplotlibs_backend(
+    tmp_path: Path,
+) -> None:
+    """Grading inside a Jupyter kernel must leave its plotting backend alone."""
+    import matplotlib
+
+    backend = matplotlib.rcParams["backend"]
+    chart = tmp_path / "summary.png"
+    summary_chart([make_report(), make_report()], chart)
+    assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert matplotlib.rcParams["backend"] == backend
