@@ -9,8 +9,8 @@ Servers of every kind live in one package, ``labkit.servers``.
 The names load on first use (PEP 562's module ``__getattr__``), so importing one submodule does
 not import them all. That is for the processes the grader starts: a learner's proxy is served by
 ``labkit.servers._child`` and a mock by ``mock_upstream.served``, and importing ``labkit``
-whole (FastAPI, the mock, the checks) cost each of them about 0.5 s of CPU before it could
-serve, four of them starting at once on half a CPU.
+whole (FastAPI, the mock, the checks) would cost each of them about 0.5 s of CPU before it
+could serve, with four of them starting at once on half a CPU.
 
 Layers, bottom first (a module imports from its own layer and the ones before it, never from a
 later one; tests/labkit_core/test_layers.py reads this list and enforces it):

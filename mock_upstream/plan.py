@@ -79,11 +79,13 @@ class Chunk(NamedTuple):
 @dataclass(frozen=True)
 class Prose:
     """The chunks of a text part, made as they are sent, so a long answer starts at once (the
-    backpressure check asks for 400,000 tokens; made whole, they took about a second here).
+    backpressure check asks for 400,000 tokens: made whole before the first was sent, they
+    would hold up its first token by about a second).
 
     ``count`` tokens of the answer (``filler`` of them blank) are cut into chunks; ``limit``
     of them are sent (fewer when ``max_tokens`` cuts the answer short). A shorter limit sends a
-    prefix of the same chunks, the last one cut, as a whole plan cut by ``max_tokens`` did."""
+    prefix of the same chunks, the last one cut: an answer cut by ``max_tokens`` is the start
+    of the whole one."""
 
     prompt: str
     seed: int  # the words'

@@ -6,13 +6,13 @@ every check also has a time budget that only guards against a proxy that never a
 on half a CPU everything takes about twice as long. ``budget_scale`` stretches those budgets
 below one CPU, so a slow machine never turns into "the proxy stopped answering".
 
-What grading does with less CPU, measured with the references and every broken proxy of
-``tests/grading/broken`` (``python -m bench.small_container``): from two CPUs up, nothing
-changes. Below two, the flat-out ``backpressure`` lane waits until the other lanes are done
-(``labkit.checks.runner``). Below one, budgets stretch by ``budget_scale`` and the
-``backpressure`` window by up to two; at half a CPU every verdict came out as on a big machine
-(42 of 42 gradings, 22-35 s each). A check that still cannot decide says ``inconclusive``
-rather than FAIL.
+What grading does with less CPU: from two CPUs up, nothing changes. Below two, the flat-out
+``backpressure`` lane waits until the other lanes are done (``labkit.checks.runner``). Below
+one, budgets stretch by ``budget_scale`` and the ``backpressure`` window by up to two, so that
+at half a CPU (Gradescope's default) every verdict comes out as on a big machine. A check that
+still cannot decide says ``inconclusive`` rather than FAIL. ``python -m bench.small_container``
+grades the references and every broken proxy of ``tests/grading/broken`` in a small cgroup to
+show it; its figures are in docs/instructors.md ("Which container to choose").
 
 ``cpu_limit`` reads cgroup v2 (``cpu.max``) or v1 (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``)
 for this process's cgroup and every parent up to the root (the smallest quota wins), and the
@@ -116,10 +116,10 @@ def start_scale(together: int = 1, cpus: float | None = None) -> float:
     processes share each of the ``cpus`` (default ``cpu_limit()``). One alone: 1 from one CPU up,
     2 at half a CPU (as ``budget_scale``); four at once: 2 on two CPUs, 8 on half a CPU.
 
-    Bug: the grader gave each of the four lane proxies it starts at once the start limit of one
-    proxy alone (8 s, x2 at half a CPU). At half a CPU four proxies needed 1.5-1.8 s of CPU each,
-    so the fourth was ready after about 14 s, and the aiohttp reference, a little heavier, failed
-    ``start_timeout`` in every grading. Fix: the limit grows with the processes that share the CPU.
+    Processes that start together share the CPU, so the last of them is ready only once all
+    have had their CPU time: the grader's four lane proxies on half a CPU take several times
+    one proxy's start, and a limit sized for one alone would fail a correct but heavier proxy
+    (the aiohttp reference) with ``start_timeout`` (figures in docs/instructors.md).
     """
     cpus = cpu_limit() if cpus is None else cpus
     return _stretch(cpus) * max(1.0, together / max(cpus, 1.0))
