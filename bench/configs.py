@@ -183,6 +183,21 @@ def find_nginx() -> str | None:
     return shutil.which("nginx", path=NGINX_PATH + ":" + os.environ.get("PATH", ""))
 
 
+def render_nginx_conf(
+    prefix: Path, upstream_port: int, port: int, directives: str, keepalive: int | None = None
+) -> str:
+    """The bench's nginx.conf (one worker, files under ``prefix``) proxying every path to the
+    mock on ``upstream_port``, with ``directives`` in its ``location /``."""
+    return NGINX_CONF.format(
+        prefix=prefix,
+        upstream=f"{HOST}:{upstream_port}",
+        keepalive=f" keepalive {keepalive};" if keepalive else "",
+        host=HOST,
+        port=port,
+        directives="\n".join(f"            {line}" for line in directives.splitlines()),
+    )
+
+
 def start_nginx(
     name: str, upstream: Server, directives: str, *, keepalive: int | None = None
 ) -> Server:
@@ -192,16 +207,7 @@ def start_nginx(
     sock = listening_socket(name)
     port = sock.getsockname()[1]
     conf = workdir / "nginx.conf"
-    conf.write_text(
-        NGINX_CONF.format(
-            prefix=workdir,
-            upstream=f"{HOST}:{upstream.port}",
-            keepalive=f" keepalive {keepalive};" if keepalive else "",
-            host=HOST,
-            port=port,
-            directives="\n".join(f"            {line}" for line in directives.splitlines()),
-        )
-    )
+    conf.write_text(render_nginx_conf(workdir, upstream.port, port, directives, keepalive))
     argv = [str(find_nginx()), "-p", str(workdir), "-c", str(conf), "-e", str(workdir / "e.log")]
     # nginx takes listening sockets from $NGINX ("fd;fd;") when one matches a `listen`.
     env = {"NGINX": f"{sock.fileno()};"}
@@ -289,6 +295,15 @@ class Litellm(Launcher):
         return start_litellm(config.name, conf, {"LITELLM_MASTER_KEY": "sk-bench"})
 
 
+# LiteLLM's proxy, quiet and offline (no cost map download, no telemetry, no docs page).
+LITELLM_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_LOG": "ERROR",
+    "LITELLM_TELEMETRY": "False",
+    "NO_DOCS": "True",
+}
+
+
 def start_litellm(name: str, conf_text: str, env: dict[str, str] | None = None) -> Server:
     """LiteLLM's proxy (one worker) with ``conf_text`` as its config and ``env`` on top."""
     workdir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
@@ -297,17 +312,11 @@ def start_litellm(name: str, conf_text: str, env: dict[str, str] | None = None) 
     port = free_port()
     argv = [str(LITELLM_VENV / "bin" / "litellm"), "--config", str(conf), "--host", HOST]
     argv += ["--port", str(port), "--num_workers", "1"]
-    quiet = {
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "LITELLM_LOG": "ERROR",
-        "LITELLM_TELEMETRY": "False",
-        "NO_DOCS": "True",
-    }
     return spawn(
         name,
         argv,
         port,
-        env={**quiet, **(env or {})},
+        env={**LITELLM_ENV, **(env or {})},
         ready_path="/health/liveliness",
         timeout=LITELLM_START_TIMEOUT_S,
         workdir=workdir,
