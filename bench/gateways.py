@@ -180,7 +180,7 @@ def version(gateway: Gateway) -> str:
     return lines[0] if lines else f"{gateway.program}: no version printed"
 
 
-def render_table(rows: Sequence[Row], runs: int) -> str:
+def render_table(rows: Sequence[Row], runs: int, when: str, versions: Sequence[str]) -> str:
     """The markdown table, the versions and the evidence of every check that did not pass."""
     checks: list[str] = []
     for row in rows:
@@ -198,10 +198,8 @@ def render_table(rows: Sequence[Row], runs: int) -> str:
         cells.append(row.numbers("cancel", "upstream_stop_after_hangup_ms"))
         cells.append(", ".join(f"{r['elapsed_s']:.0f}" for r in row.graded) or "–")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    versions = sorted({version(r.gateway) for r in rows if not r.skipped})
     text = [
-        f"Graded {runs} time(s) each by `python -m bench.gateways` on {today}, "
+        f"Graded {runs} time(s) each by `python -m bench.gateways` on {when}, "
         f"on a machine with {os.cpu_count()} CPUs shared with other work.",
         "",
         *lines,
@@ -272,7 +270,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             print(f"run {run}: grading {row.gateway.name}", file=sys.stderr, flush=True)
             row.reports.append(grade(row.gateway))
-    table = render_table(rows, args.runs)
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    versions = sorted({version(r.gateway) for r in rows if not r.skipped})
+    table = render_table(rows, args.runs, when, versions)
     print(table)
     if args.doc is not None:
         write_doc(args.doc, table)
