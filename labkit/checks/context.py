@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from labkit.checks.engine_books import EngineBooks
+from labkit.checks.machine import Budget
 from labkit.checks.result import INCONCLUSIVE, CheckResult, Evidence
 from labkit.upstream import MockUpstream
 
@@ -55,8 +56,8 @@ def chat_body(
 
 @dataclass
 class CheckContext:
-    """One check run: the proxy under test and the upstream behind it (the mock, or a real
-    engine when ``upstream == "engine"``)."""
+    """One check run: the proxy under test, the upstream behind it (the mock, or a real
+    engine when ``upstream == "engine"``), and the time ``budget`` the machine allows."""
 
     proxy_url: str
     upstream_url: str
@@ -65,6 +66,7 @@ class CheckContext:
     upstream_token: str | None = None  # the mock's debug token, if it keeps its records secret
     started_at: float = field(default_factory=time.time)
     upstream: UpstreamKind = "mock"
+    budget: Budget = field(default_factory=Budget.here)
 
     def __post_init__(self) -> None:
         self.proxy_url = self.proxy_url.rstrip("/")

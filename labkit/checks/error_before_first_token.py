@@ -26,7 +26,6 @@ import time
 from typing import Any
 
 from labkit.checks.context import CheckContext, Outcome, finished
-from labkit.checks.machine import budget_scale
 from labkit.checks.result import CheckResult
 from labkit.checks.sdk_stream import read_with_sdk
 from labkit.checks.usage import LOG_WAIT_S, read_log
@@ -65,7 +64,7 @@ async def _log_outcomes(ctx: CheckContext, upstream_id: str | None, before: int)
 
 async def check_error_before_first_token(ctx: CheckContext) -> CheckResult:
     before = len(read_log(ctx.usage_log)[0]) if ctx.usage_log is not None else 0
-    sdk = await read_with_sdk(ctx, SCENARIO, SEED, LIMIT_S * budget_scale())
+    sdk = await read_with_sdk(ctx, SCENARIO, SEED, ctx.budget.stretch(LIMIT_S))
     record = await ctx.record(SEED, until=finished)
     if record is None:
         return result.failed(

@@ -14,6 +14,11 @@ still cannot decide says ``inconclusive`` rather than FAIL. ``python -m bench.sm
 grades the references and every broken proxy of ``tests/grading/broken`` in a small cgroup to
 show it; its figures are in docs/instructors.md ("Which container to choose").
 
+A check run holds its ``Budget`` (the CPUs, and the stretch of every limit that follows from
+them), made once with ``Budget.here()`` and handed down in its ``CheckContext``, so every limit
+of the run agrees and a caller can grade as if on another machine (``Budget(cpus=0.5)``).
+``budget_scale``, ``start_scale`` and ``describe`` read this process's own, made once.
+
 ``cpu_limit`` reads cgroup v2 (``cpu.max``) or v1 (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``)
 for this process's cgroup and every parent up to the root (the smallest quota wins), and the
 CPUs this process may run on. None of it needs privileges; anything unreadable counts as no
@@ -24,10 +29,12 @@ from __future__ import annotations
 
 import functools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
     "MAX_BUDGET_SCALE",
+    "Budget",
     "budget_scale",
     "cpu_limit",
     "describe",
@@ -103,35 +110,66 @@ def _stretch(cpus: float) -> float:
     return min(MAX_BUDGET_SCALE, max(1.0, 1.0 / max(cpus, 1e-3)))
 
 
+@dataclass(frozen=True)
+class Budget:
+    """The CPUs a check run has, and how much longer than usual its time limits are for them."""
+
+    cpus: float
+
+    @classmethod
+    def here(cls) -> Budget:
+        """This process's: the CPUs ``cpu_limit`` reads."""
+        return cls(cpu_limit())
+
+    @property
+    def scale(self) -> float:
+        """How much longer than usual a check may take: 1 from one CPU up, 2 at half a CPU, at
+        most MAX_BUDGET_SCALE."""
+        return _stretch(self.cpus)
+
+    def stretch(self, seconds: float) -> float:
+        """``seconds``, a limit set for one CPU, for these CPUs."""
+        return seconds * self.scale
+
+    def start_scale(self, together: int = 1) -> float:
+        """How much longer than one process alone on a CPU ``together`` processes starting at
+        once may take to start: ``scale`` for a CPU below one, times how many processes share
+        each CPU. One alone: 1 from one CPU up, 2 at half a CPU (as ``scale``); four at once: 2
+        on two CPUs, 8 on half a CPU.
+
+        Processes that start together share the CPU, so the last of them is ready only once
+        all have had their CPU time: the grader's four lane proxies on half a CPU take several
+        times one proxy's start, and a limit sized for one alone would fail a correct but
+        heavier proxy (the aiohttp reference) with ``start_timeout`` (figures in
+        docs/instructors.md).
+        """
+        return self.scale * max(1.0, together / max(self.cpus, 1.0))
+
+    def describe(self) -> str:
+        """What grading had, for the report: ``2 CPUs``, or ``0.5 CPU: time budgets x2``."""
+        text = f"{self.cpus:g} CPU" + ("s" if self.cpus > 1 else "")
+        if self.scale > 1:
+            text += f": time budgets x{self.scale:g}"
+            if self.scale >= MAX_BUDGET_SCALE:
+                text += " (the most they stretch: below this, expect inconclusive checks)"
+        return text
+
+
 @functools.cache
+def _here() -> Budget:
+    return Budget.here()
+
+
 def budget_scale() -> float:
-    """How much longer than usual a check may take here: 1 from one CPU up, 2 at half a CPU,
-    at most MAX_BUDGET_SCALE."""
-    return _stretch(cpu_limit())
+    """``Budget.scale`` for this process's CPUs (read once)."""
+    return _here().scale
 
 
 def start_scale(together: int = 1, cpus: float | None = None) -> float:
-    """How much longer than one process alone on a CPU ``together`` processes starting at once
-    may take to start here: ``budget_scale``'s stretch for a CPU below one, times how many
-    processes share each of the ``cpus`` (default ``cpu_limit()``). One alone: 1 from one CPU up,
-    2 at half a CPU (as ``budget_scale``); four at once: 2 on two CPUs, 8 on half a CPU.
-
-    Processes that start together share the CPU, so the last of them is ready only once all
-    have had their CPU time: the grader's four lane proxies on half a CPU take several times
-    one proxy's start, and a limit sized for one alone would fail a correct but heavier proxy
-    (the aiohttp reference) with ``start_timeout`` (figures in docs/instructors.md).
-    """
-    cpus = cpu_limit() if cpus is None else cpus
-    return _stretch(cpus) * max(1.0, together / max(cpus, 1.0))
+    """``Budget.start_scale`` for ``cpus`` (default: this process's CPUs, read anew)."""
+    return Budget(cpu_limit() if cpus is None else cpus).start_scale(together)
 
 
 def describe() -> str:
-    """What grading had here, for the report: ``2 CPUs``, or ``0.5 CPU: time budgets x2``."""
-    cpus = cpu_limit()
-    text = f"{cpus:g} CPU" + ("s" if cpus > 1 else "")
-    scale = budget_scale()
-    if scale > 1:
-        text += f": time budgets x{scale:g}"
-        if scale >= MAX_BUDGET_SCALE:
-            text += " (the most they stretch: below this, expect inconclusive checks)"
-    return text
+    """``Budget.describe`` for this process's CPUs, read anew."""
+    return Budget.here().describe()

@@ -25,7 +25,6 @@ import asyncio
 
 from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body
-from labkit.checks.machine import budget_scale
 from labkit.checks.result import CheckResult
 from labkit.checks.sdk_stream import read_with_sdk
 
@@ -40,7 +39,7 @@ result = Outcome(ID, STEP)
 
 
 async def check_passthrough(ctx: CheckContext) -> CheckResult:
-    limit = LIMIT_S * budget_scale()  # half a CPU: twice as long
+    limit = ctx.budget.stretch(LIMIT_S)  # half a CPU: twice as long
     sdk, raw = await asyncio.gather(
         read_with_sdk(ctx, SCENARIO, SDK_SEED, limit),
         acapture_stream(ctx.chat_url, json=chat_body(RAW_SEED, SCENARIO), timeout=limit),

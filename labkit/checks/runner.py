@@ -3,9 +3,9 @@
 Every check gets its time budget; a check that runs out of it, or cannot reach the proxy, or
 trips over something unexpected, still returns a failed ``CheckResult`` with a plain verdict:
 running checks never raises because of what the proxy did. Budgets only guard against a proxy
-that never answers; below one CPU (a small container) they are stretched by
-``machine.budget_scale()`` (twice as long at half a CPU), so a slow machine is not mistaken for
-a proxy that stopped answering.
+that never answers; below one CPU (a small container) they are stretched by the run's
+``machine.Budget`` (twice as long at half a CPU), so a slow machine is not mistaken for a proxy
+that stopped answering.
 
 The ``backpressure`` lane drives its upstream flat out. On a machine with cores to spare it may
 run beside the other lanes (the grader runs one ``arun_checks`` per lane, side by side in one
@@ -36,7 +36,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from labkit.checks.catalogue import BY_ID, SOLO_LANE, Check, lanes_for, select
 from labkit.checks.context import CheckContext, Outcome, UpstreamKind
-from labkit.checks.machine import budget_scale, cpu_limit
+from labkit.checks.machine import Budget
 from labkit.checks.result import INCONCLUSIVE, CheckResult
 from labkit.errors import CaptureError, EngineReadError, MockUpstreamError
 
@@ -113,11 +113,11 @@ async def run_one(check: Check, ctx: CheckContext) -> CheckResult:
 
 
 async def _attempt(check: Check, ctx: CheckContext) -> CheckResult:
-    scale = budget_scale()
-    run, budget_s = check.run, check.budget_s * scale
+    machine = ctx.budget
+    run, budget_s = check.run, machine.stretch(check.budget_s)
     if ctx.upstream == "engine":
         assert check.on_engine is not None, check.id
-        run, budget_s = check.on_engine, check.engine_budget_s * scale
+        run, budget_s = check.on_engine, machine.stretch(check.engine_budget_s)
         busy = await _engine_busy(check, ctx)
         if busy is not None:
             return busy
@@ -131,7 +131,9 @@ async def _attempt(check: Check, ctx: CheckContext) -> CheckResult:
             check.id,
             False,
             "the check ran out of time: the proxy stopped answering",
-            {"budget_s": budget_s} if scale == 1 else {"budget_s": budget_s, "cpus": cpu_limit()},
+            {"budget_s": budget_s}
+            if machine.scale == 1
+            else {"budget_s": budget_s, "cpus": machine.cpus},
             f"{check.step}: make sure every request gets a response and every stream ends "
             "(heartbeats alone never end a stream).",
         )
@@ -141,13 +143,13 @@ async def _attempt(check: Check, ctx: CheckContext) -> CheckResult:
         return Outcome(check.id, check.step).inconclusive(
             "inconclusive: the grader's mock upstream did not answer in time",
             f"{exc}"[:300],
-            {"cpus": cpu_limit()},
+            {"cpus": machine.cpus},
         )
     except EngineReadError as exc:
         return Outcome(check.id, check.step).inconclusive(
             "inconclusive: the engine did not show its own numbers in time",
             f"{exc}"[:300],
-            {"cpus": cpu_limit()},
+            {"cpus": machine.cpus},
         )
     except CaptureError as exc:
         return CheckResult(
@@ -203,6 +205,7 @@ async def arun_checks(
     upstream_token: str | None = None,
     upstream: UpstreamKind = "mock",
     exclusive: bool = True,
+    budget: Budget | None = None,
 ) -> list[CheckResult]:
     """Run the checks (all, or ``only`` these ids) against the proxy at ``proxy_url``.
 
@@ -218,6 +221,9 @@ async def arun_checks(
     timing: below ALONE_BELOW_CPUS, ``backpressure``'s flat-out lane starts only once no timed
     lane of any ``arun_checks`` in this event loop is running (``TIMED_LANES``). Pass False
     to run it as soon as this call's own lanes end, whatever else runs.
+
+    ``budget`` is the machine the time limits are for (default ``Budget.here()``: this
+    process's CPUs, read once for the run).
     """
     ids = select(only)
     ctx = CheckContext(
@@ -227,6 +233,7 @@ async def arun_checks(
         proxy_pid=proxy_pid,
         upstream_token=upstream_token,
         upstream=upstream,
+        budget=Budget.here() if budget is None else budget,
     )
     results: dict[str, CheckResult] = {}
     if upstream == "engine":
@@ -247,7 +254,7 @@ async def arun_checks(
         async with TIMED_LANES.running():
             await asyncio.gather(*(run_lane(lane) for lane in others))
     if SOLO_LANE in lanes:  # its upstream runs flat out: alone, so it slows nobody down
-        if exclusive and cpu_limit() < ALONE_BELOW_CPUS:
+        if exclusive and ctx.budget.cpus < ALONE_BELOW_CPUS:
             await TIMED_LANES.wait_idle()
         await run_lane(SOLO_LANE)
     return [results[i] for i in ids]

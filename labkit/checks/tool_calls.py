@@ -25,7 +25,6 @@ from typing import Any
 import httpx
 
 from labkit.checks.context import PROMPT, CheckContext, Outcome
-from labkit.checks.machine import budget_scale
 from labkit.checks.result import CheckResult
 
 ID = "tool_calls"
@@ -75,7 +74,7 @@ def _calls(message: dict[str, Any]) -> list[Call]:
 
 async def _expected(ctx: CheckContext) -> list[Call]:
     """The calls the upstream makes for this request, asked of it directly and unstreamed."""
-    limit = LIMIT_S * budget_scale()  # half a CPU: twice as long
+    limit = ctx.budget.stretch(LIMIT_S)  # half a CPU: twice as long
     body = {"model": "lab-model", "messages": MESSAGES, "tools": TOOLS, "mock": {"seed": SEED}}
     async with httpx.AsyncClient(timeout=limit) as client:
         response = await client.post(f"{ctx.upstream_url}/v1/chat/completions", json=body)
@@ -85,7 +84,7 @@ async def _expected(ctx: CheckContext) -> list[Call]:
 
 async def _streamed(ctx: CheckContext) -> tuple[str, list[Call]]:
     """How the SDK's stream helper ended, and the calls it assembled."""
-    limit = LIMIT_S * budget_scale()  # half a CPU: twice as long
+    limit = ctx.budget.stretch(LIMIT_S)  # half a CPU: twice as long
     import openai  # here, not at the top: importing labkit stays quick
 
     client = openai.AsyncOpenAI(

@@ -12,6 +12,7 @@ from labkit import CheckResult, arun_checks, run_checks
 from labkit.checks import CHECK_IDS
 from labkit.checks.catalogue import Check, select
 from labkit.checks.context import CheckContext
+from labkit.checks.machine import Budget
 from labkit.checks.runner import run_one
 from labkit.servers import ServerHandle
 
@@ -136,3 +137,20 @@ def test_run_checks_takes_exactly_the_parameters_of_arun_checks() -> None:
     blocking = inspect.signature(run_checks).parameters
     assert blocking == inspect.signature(arun_checks).parameters
     assert {"upstream_token", "exclusive"} <= set(blocking)
+
+
+def test_a_run_for_half_a_cpu_gives_each_check_twice_its_budget() -> None:
+    """The run's Budget, not a process-wide reading, sets its limits and its evidence."""
+
+    async def never_answers(ctx: CheckContext) -> CheckResult:
+        await asyncio.sleep(5)
+        raise AssertionError("the budget should have stopped it")
+
+    check = Check("trickle", never_answers, 0.05, "summary", "01_baseline_streaming")
+    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9", budget=Budget(cpus=0.5))
+    result = asyncio.run(run_one(check, ctx))
+    assert not result.passed
+    assert result.evidence == {"budget_s": 0.1, "cpus": 0.5}
+    assert Budget(cpus=0.25).describe() == (
+        "0.25 CPU: time budgets x4 (the most they stretch: below this, expect inconclusive checks)"
+    )
