@@ -36,12 +36,17 @@ Two ways a proxy makes streams wait, and what tells each apart:
 
 Pass: every stream ends with ``data: [DONE]`` within DEADLINE_S (nearly twice what the streams
 need), every one reached the upstream before any of them had ended there, and no probe took
-longer than MAX_PROBE_S. Inconclusive (never a fail) when the machine
-is too slow to tell: an idle probe already took more than a quarter of MAX_PROBE_S, or a probe
-was slow while the median probe stayed fast (PAUSE_MEDIAN_S). That one pause of 1.1-1.5 s was
-seen for correct proxies at half a CPU (3 of about 40 gradings, median probe 2-3 ms), when the
-grader's other lanes and the mock competed for the CPU; a blocked loop is slow all along (the
-sync-client proxy: slowest probe 3.0 s, median 150-190 ms, measured at two CPUs).
+longer than MAX_PROBE_S.
+
+Inconclusive (never a fail) only for the machine: an idle probe already took more than a quarter
+of MAX_PROBE_S; or the upstream itself was slow to answer its own probe (the same probe, sent to
+the upstream directly beside every proxy probe) while streams queued, so the whole machine
+paused; or, with no stream queued, one probe was slow while the median stayed fast
+(PAUSE_MEDIAN_S): a blocked loop is slow all along, and a pause of 1.1-1.5 s was seen for correct
+proxies at half a CPU while the grader's lanes competed for it. Streams that queued behind
+others while the upstream answered at once are never excused: a proxy whose workers are all
+busy (a thread pool smaller than the streams) answers most probes at once and makes the rest of
+the streams wait, and that fails.
 
 On a real engine (``check_concurrency_on_engine``) the streams are as many as the engine has
 slots (ENGINE_STREAMS: more would wait in its queue, and a queued request gets no response
@@ -59,7 +64,7 @@ import asyncio
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -128,8 +133,10 @@ class Measured:
     #: an upstream that keeps no records, a real engine).
     reached_together: int | None = None
     #: Streams that reached it only after one of the burst had ended there (waited for a
-    #: connection).
+    #: connection or a worker).
     reached_late: int | None = None
+    #: The same probe sent to the upstream directly, beside the proxy's (empty: not probed).
+    upstream_probes: list[float] = field(default_factory=list)
 
 
 async def _one(
@@ -152,11 +159,11 @@ async def _time_probe(client: httpx.AsyncClient, url: str) -> float:
     return time.monotonic() - sent
 
 
-async def _probe(ctx: CheckContext, stop: asyncio.Event, client: httpx.AsyncClient) -> list[float]:
-    """Time ``GET /v1/models`` every PROBE_EVERY_S until ``stop``."""
+async def _probe(base_url: str, stop: asyncio.Event, client: httpx.AsyncClient) -> list[float]:
+    """Time ``GET {base_url}/v1/models`` every PROBE_EVERY_S until ``stop``."""
     latencies: list[float] = []
     while not stop.is_set():
-        latencies.append(await _time_probe(client, f"{ctx.proxy_url}/v1/models"))
+        latencies.append(await _time_probe(client, f"{base_url}/v1/models"))
         await asyncio.sleep(PROBE_EVERY_S)
     return latencies
 
@@ -183,9 +190,11 @@ async def _measure(
     body: Callable[[int], dict[str, Any]],
     deadline_s: float,
     arrive_over_s: float = 0.0,
+    probe_upstream: bool = True,
 ) -> Measured:
     """Probe the idle proxy, then start ``streams`` streams, evenly over ``arrive_over_s``, and
-    probe until they end (or ``deadline_s``)."""
+    probe until they end (or ``deadline_s``): the proxy, and with ``probe_upstream`` the
+    upstream directly beside it."""
     started = time.monotonic()
     async with httpx.AsyncClient(timeout=deadline_s) as client:
         idle = [
@@ -193,7 +202,9 @@ async def _measure(
             for _ in range(CALIBRATION_PROBES)
         ]
         stop = asyncio.Event()
-        prober = asyncio.create_task(_probe(ctx, stop, client))
+        prober = asyncio.create_task(_probe(ctx.proxy_url, stop, client))
+        beside = _probe(ctx.upstream_url, stop, client) if probe_upstream else None
+        upstream_prober = asyncio.create_task(beside) if beside is not None else None
         tasks = [
             asyncio.create_task(_one(ctx, body(i), deadline_s, i * arrive_over_s / streams))
             for i in range(streams)
@@ -204,8 +215,16 @@ async def _measure(
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         latencies = await prober
+        upstream_latencies = await upstream_prober if upstream_prober is not None else []
     completed = [c for c in (t.result() for t in done) if c is not None and c.terminal == "done"]
-    return Measured(streams, completed, idle, latencies, time.monotonic() - started)
+    return Measured(
+        streams,
+        completed,
+        idle,
+        latencies,
+        time.monotonic() - started,
+        upstream_probes=upstream_latencies,
+    )
 
 
 async def check_concurrency(ctx: CheckContext) -> CheckResult:
@@ -230,6 +249,7 @@ async def check_concurrency_on_engine(ctx: CheckContext) -> CheckResult:
             ENGINE_STREAMS,
             lambda i: engine_body(model, max_tokens=ENGINE_TOKENS, sentences=sentences),
             ENGINE_DEADLINE_S,
+            probe_upstream=False,  # llama-server's own answers slow down with its decoding
         )
     extra = {
         "prompt_tokens_each": round(sentences * rate.tokens_per_sentence),
@@ -269,6 +289,9 @@ def _judge(
         **(extra or {}),
         "elapsed_ms": ms(measured.elapsed),
     }
+    upstream_slowest = max(measured.upstream_probes, default=None)
+    if upstream_slowest is not None:
+        evidence["upstream_probe_max_ms"] = ms(upstream_slowest)
     all_through = len(measured.completed) == measured.streams
     blocked = slowest_probe > probe_limit_s
     waited = bool(measured.reached_late)
@@ -281,24 +304,36 @@ def _judge(
             f"ms), so a {ms(slowest_probe)} ms probe under load says nothing about blocking",
             evidence,
         )
-    paused = blocked and all_through and median_probe <= PAUSE_MEDIAN_S
-    if blocked and not paused:
+    if upstream_slowest is not None and upstream_slowest > idle_limit and (blocked or waited):
+        # the upstream, answering its own probe directly, was slow too: the whole machine paused,
+        # and a pause delays arrivals as well, so queued streams say nothing about the proxy
+        return result.inconclusive(
+            "inconclusive: the machine paused while the proxy was being timed",
+            f"the upstream itself took {ms(upstream_slowest)} ms to answer a probe sent to it "
+            f"directly (more than {ms(idle_limit)} ms): the whole machine was slow, not only "
+            "the proxy",
+            evidence,
+        )
+    # a blocked loop keeps every probe waiting: slow all along, and streams queue behind it too
+    slow_all_along = blocked and median_probe > PAUSE_MEDIAN_S
+    if slow_all_along or (blocked and not all_through and not waited):
         return result.failed(
             "the proxy stops answering while it waits on the upstream: its event loop blocks",
             evidence,
             BLOCKING_ADVICE,
         )
-    if paused:  # a pause also delays arrivals: it can make streams look as if they waited
+    if blocked and not waited:
         return result.inconclusive(
             "inconclusive: the machine paused while the proxy was being timed",
             f"the slowest of {len(latencies)} probes took {ms(slowest_probe)} ms but the median "
-            f"{ms(median_probe)} ms: a blocked event loop keeps every probe waiting, not one",
+            f"{ms(median_probe)} ms, and no stream queued: a blocked event loop keeps every "
+            "probe waiting, not one",
             evidence,
         )
     if waited:
         return result.failed(
-            "some streams waited for a free upstream connection: the proxy's pool holds fewer "
-            "connections than the streams it carries",
+            "some streams waited: they reached the upstream only after other streams had ended "
+            "there, so the proxy carries fewer streams at once than it is sent",
             evidence,
             POOL_ADVICE,
         )

@@ -5,7 +5,13 @@ stream of the burst had ended there waited for a pool connection."""
 from __future__ import annotations
 
 from labkit.capture import Capture
-from labkit.checks.concurrency import MAX_PROBE_S, Measured, _judge, reached_together
+from labkit.checks.concurrency import (
+    IDLE_SHARE,
+    MAX_PROBE_S,
+    Measured,
+    _judge,
+    reached_together,
+)
 from labkit.checks.context import Record
 
 SEEDS = range(100, 106)
@@ -35,7 +41,9 @@ def test_an_earlier_attempt_and_a_request_that_never_arrived_are_not_late() -> N
     assert reached_together(records, SEEDS, since=9.0) == (5, 0)
 
 
-def measured(together: int | None, slowest_probe: float = 0.01) -> Measured:
+def measured(
+    together: int | None, slowest_probe: float = 0.01, upstream_slowest: float = 0.004
+) -> Measured:
     late = None if together is None else 6 - together
     return Measured(
         streams=6,
@@ -45,23 +53,46 @@ def measured(together: int | None, slowest_probe: float = 0.01) -> Measured:
         elapsed=8.0,
         reached_together=together,
         reached_late=late,
+        upstream_probes=[0.002] * 20 + [upstream_slowest],
     )
 
 
-def test_all_through_but_some_waited_for_a_connection_fails_on_the_pool() -> None:
+def test_all_through_but_some_waited_fails_saying_they_waited() -> None:
     result = _judge(measured(4), MAX_PROBE_S)
     assert result.status == "failed"
-    assert result.verdict.startswith("some streams waited for a free upstream connection")
+    assert result.verdict.startswith("some streams waited: they reached the upstream only after")
     assert "httpx.Limits" in result.hint
     assert result.evidence["reached_upstream_together"] == 4
     assert result.evidence["reached_upstream_late"] == 2
 
 
-def test_a_machine_pause_is_inconclusive_even_when_it_delayed_arrivals() -> None:
-    """One slow probe with a fast median is a pause of the machine, which also delays the
-    requests sent meanwhile: not a verdict on the pool."""
+def test_queued_streams_with_one_slow_probe_fail_when_the_upstream_answered_at_once() -> None:
+    """A proxy whose workers are all busy (Apache with fewer threads than streams): most probes
+    answered at once, one waited, and streams queued; the upstream, probed directly, answered in
+    milliseconds all along. The machine did not pause: the streams waited, and that fails."""
     result = _judge(measured(4, slowest_probe=4.2), MAX_PROBE_S)
+    assert result.status == "failed"
+    assert result.verdict.startswith("some streams waited")
+
+
+def test_a_machine_pause_is_inconclusive_when_the_upstream_was_slow_too() -> None:
+    """The upstream's own probe slow at the same time: the whole machine paused, which also
+    delays the requests sent meanwhile: not a verdict on the proxy."""
+    result = _judge(measured(4, slowest_probe=4.2, upstream_slowest=1.2), MAX_PROBE_S)
     assert result.status == "skipped" and result.verdict.startswith("inconclusive:")
+    assert result.evidence["upstream_probe_max_ms"] == 1200
+
+
+def test_the_upstream_bound_for_a_pause_is_a_quarter_of_the_probe_limit() -> None:
+    bound = MAX_PROBE_S / IDLE_SHARE
+    below = _judge(measured(4, slowest_probe=4.2, upstream_slowest=bound - 0.01), MAX_PROBE_S)
+    above = _judge(measured(4, slowest_probe=4.2, upstream_slowest=bound + 0.01), MAX_PROBE_S)
+    assert (below.outcome, above.outcome) == ("failed", "inconclusive")
+
+
+def test_one_slow_probe_with_no_stream_queued_is_still_a_pause() -> None:
+    result = _judge(measured(6, slowest_probe=4.2), MAX_PROBE_S)
+    assert result.outcome == "inconclusive"
 
 
 def test_a_blocked_loop_is_named_before_the_pool() -> None:

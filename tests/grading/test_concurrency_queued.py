@@ -1,0 +1,33 @@
+"""``concurrency`` fails a proxy whose streams wait for a worker, and says they waited: the
+thread-pool proxy in ``queued/`` answers every probe at once, so nothing about it looks like a
+blocked event loop or a paused machine; only the upstream's records show the queue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from labkit.checks import run_checks
+from labkit.servers import serve_subprocess, start_mock_upstream
+
+THREAD_POOL_PROXY = Path(__file__).parent / "queued" / "thread_pool_proxy.py"
+
+
+@pytest.mark.slow
+@pytest.mark.sockets
+@pytest.mark.timeout(150)
+def test_streams_queued_behind_busy_workers_fail_three_gradings_in_a_row() -> None:
+    upstream = start_mock_upstream()
+    try:
+        with serve_subprocess(str(THREAD_POOL_PROXY), env={"UPSTREAM_URL": upstream.url}) as proxy:
+            results = [
+                run_checks(proxy.url, upstream_url=upstream.url, only=["concurrency"])[0]
+                for _ in range(3)
+            ]
+    finally:
+        upstream.stop()
+    for result in results:
+        assert result.status == "failed", result
+        assert result.verdict.startswith("some streams waited"), result
+        assert result.evidence["reached_upstream_late"] > 0, result.evidence
