@@ -318,7 +318,8 @@ def _judge(
     slow_all_along = blocked and median_probe > PAUSE_MEDIAN_S
     if slow_all_along or (blocked and not all_through and not waited):
         return result.failed(
-            "the proxy stops answering while it waits on the upstream: its event loop blocks",
+            "the proxy stops answering while it waits on the upstream: every request waits for "
+            "the one in progress",
             evidence,
             BLOCKING_ADVICE,
         )

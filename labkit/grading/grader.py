@@ -35,6 +35,7 @@ from labkit.checks.catalogue import BY_ID, SOLO_LANE, lanes_for, select
 from labkit.checks.context import UpstreamKind, chat_body
 from labkit.checks.engine_books import EngineBooks
 from labkit.checks.engine_requests import engine_body
+from labkit.checks.gateway_advice import for_gateway
 from labkit.checks.machine import budget_scale
 from labkit.errors import CaptureError
 from labkit.grading.isolation import Isolation, choose
@@ -349,7 +350,8 @@ async def agrade_url(
     only: str | Iterable[str] | None = None,
     upstream: UpstreamKind = "mock",
 ) -> SubmissionReport:
-    """Grade a running proxy as a black box. ``usage`` is skipped (no usage log to read).
+    """Grade a running proxy as a black box. ``usage`` is skipped (no usage log to read), and
+    each failure's advice is for a gateway (``labkit.checks.gateway_advice``).
 
     ``upstream_url`` is the mock the proxy forwards to, or with ``upstream="engine"`` the real
     engine (raises ``EngineReadError`` if it does not answer)."""
@@ -368,9 +370,11 @@ async def agrade_url(
     else:
         try:
             async with asyncio.timeout(limit):
-                results = await arun_checks(
+                checked = await arun_checks(
                     proxy_url, upstream_url=upstream_url, only=ids, upstream=upstream
                 )
+            # whatever is graded by URL may be any gateway: no advice in the lab's Python
+            results = [for_gateway(r) for r in checked]
         except TimeoutError:
             problem = Problem(
                 "submission_timeout",
