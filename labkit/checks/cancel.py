@@ -53,6 +53,7 @@ from labkit.checks.engine_books import Books
 from labkit.checks.engine_requests import OpenStream, engine_body, measure_prompt_rate
 from labkit.checks.engine_sockets import EngineSockets
 from labkit.checks.result import CheckResult
+from mock_upstream.scenario import DEFAULT_TPS
 
 STEP = "04_cancel_on_disconnect"
 MAX_STOP_S = 1.0  # from the client's hang-up to the upstream's stop
@@ -101,13 +102,29 @@ async def _hang_up(
     return hung_up_at, record
 
 
+def tokens_after_hang_up(record: Record, hung_up_at: float) -> int:
+    """Tokens the upstream generated after the client hung up, counted from the client's
+    hang-up (not from when the upstream noticed a closed connection, which a gateway can delay):
+    the mock's tokens come on a fixed clock (its first token, then one every 1/tps s), so the
+    ones due by ``hung_up_at`` are known from its record."""
+    generated = int(record.get("tokens_generated") or 0)
+    first = record.get("first_token_at")
+    if first is None or hung_up_at < first:
+        return generated
+    tps = float(record.get("scenario", {}).get("tps", DEFAULT_TPS))
+    return max(0, generated - (1 + int((hung_up_at - first) * tps)))
+
+
 def _evidence(hung_up_at: float, record: Record) -> dict[str, int | str | None]:
     stopped = record.get("ended_at") if record.get("state") != "running" else None
     return {
         "upstream_state": record.get("state"),
-        "upstream_stop_after_hangup_ms": None if stopped is None else ms(stopped - hung_up_at),
+        # clocks a millisecond apart can put the stop a hair before the hang-up: that is 0
+        "upstream_stop_after_hangup_ms": None
+        if stopped is None
+        else max(0, ms(stopped - hung_up_at) or 0),
         "tokens_generated": record.get("tokens_generated"),
-        "tokens_after_disconnect": record.get("tokens_after_disconnect"),
+        "tokens_after_hang_up": tokens_after_hang_up(record, hung_up_at),
     }
 
 
