@@ -14,6 +14,11 @@ quarters of the way through it (a heartbeat due after 2 s of a 4.5 s silence arr
 half-way; a comment that only comes out with the next token, as from a proxy whose loop was
 blocked or that buffers, arrives at the gap's end or not inside it at all). Nothing here is a
 wall-clock bound: a slow machine stretches the gap and the heartbeat alike.
+
+A proxy that holds the whole stream back (a buffer, a compressor without flushes) also fails,
+with its own verdict: the client's longest gap is then far shorter than the upstream's silence
+(under HIDDEN_SHARE of it), so the client never saw a silence to fill; it waited before the
+first byte instead.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ STALL_S = 4.5
 TPS = 20
 SCENARIO = {"ttft_ms": 200, "tps": TPS, "tokens": 12, "stall_after": 3, "stall_s": STALL_S}
 LATEST_IN_GAP = 0.75  # a heartbeat must come this far into the silence at the latest
+HIDDEN_SHARE = 0.5  # a client gap shorter than this share of the silence: it never saw it
 
 result = Outcome(ID, STEP)
 
@@ -74,6 +80,14 @@ async def check_keepalive(ctx: CheckContext) -> CheckResult:
         )
     if during:
         return result.passed("the proxy sends SSE comments while the upstream is silent", evidence)
+    if silence is None or silence[1] - silence[0] < HIDDEN_SHARE * STALL_S:
+        return result.failed(
+            "no SSE comment arrived, and the client never saw the upstream's silence: the "
+            "stream was held back and came out in one piece, silence included",
+            evidence,
+            "send each upstream event on as it arrives (trickle reports the holding back), "
+            "then send heartbeats while the upstream is silent.",
+        )
     return result.failed(
         "no SSE comment arrived while the upstream was silent",
         evidence,
