@@ -129,8 +129,11 @@ class Outcome:
     id: str
     step: str
 
-    def passed(self, verdict: str, evidence: Evidence) -> CheckResult:
-        return CheckResult(self.id, True, verdict, _rounded(evidence), f"see {self.step}")
+    def passed(self, verdict: str, evidence: Evidence, *, warning: str = "") -> CheckResult:
+        """A pass; ``warning`` (no digits) says what else was seen, e.g. sends held back."""
+        assert not any(c.isdigit() for c in warning), warning
+        hint = f"see {self.step}"
+        return CheckResult(self.id, True, verdict, _rounded(evidence), hint, warning=warning)
 
     def failed(
         self, verdict: str, evidence: Evidence, advice: str, *, step: str | None = None

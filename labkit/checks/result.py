@@ -2,7 +2,9 @@
 
 The verdict is what notebooks print and nbval compares, so it never contains a measured number
 (or any digit at all); the numbers go in ``evidence``. The hint names the notebook step that
-teaches the fix.
+teaches the fix. A *warning* is a second line of the same kind (deterministic, no digits) that
+says what else was seen, for a passed check too: ``trickle`` passes a proxy that batches its
+sends, and warns that it batches them. Reports show it under the verdict; it changes no score.
 
 A check that could not decide because the machine was too slow to run its experiment (not
 because of anything the proxy did) is *inconclusive*: a skipped result whose evidence holds the
@@ -49,6 +51,7 @@ class CheckResult:
     evidence: Evidence = field(default_factory=dict)
     hint: str = ""
     skipped: bool = False
+    warning: str = ""  # what else was seen, whatever the outcome (no digits, like the verdict)
 
     @property
     def inconclusive(self) -> bool:
@@ -68,7 +71,8 @@ class CheckResult:
         return "inconclusive" if self.inconclusive else self.status
 
     def __str__(self) -> str:
-        """One stable line, e.g. ``PASS trickle: tokens reach the client as ...``."""
+        """One stable line, e.g. ``PASS trickle: tokens reach the client as ...`` (the warning
+        is left to the reports: a notebook's printed line stays one line)."""
         return f"{MARKS[self.status]} {self.id}: {self.verdict}"
 
     def to_json(self) -> dict[str, object]:
@@ -79,4 +83,5 @@ class CheckResult:
             "verdict": self.verdict,
             "evidence": dict(self.evidence),
             "hint": self.hint,
+            "warning": self.warning,
         }

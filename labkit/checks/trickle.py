@@ -10,6 +10,18 @@ whole generation) and the client's tokens span at least half of the upstream's g
 (a trickling proxy spans all of it, a buffering one a few ms). Both are ratios of the
 upstream's own generation time, so a slow machine moves neither much.
 
+A pass can carry a warning: the proxy *batches* its sends (HAProxy without
+``option http-no-delay`` holds them about 200 ms; a flush timer or Nagle's algorithm does the
+same). Its tokens still span the generation, but they arrive in groups: events that arrive
+within HELD_GAP of a token interval of each other (the upstream's generation time over its
+tokens: 50 ms here) came together, and a batcher's longest gap between groups is its timer.
+Warned when the longest gap is over BATCH_GAP token intervals (the mock's chunks hold one to
+three tokens, so a trickling proxy's longest is three) *and* at least BATCHED_SHARE of the
+token events arrived in groups. Measured: a 200 ms batcher has gaps of 200 ms (four intervals)
+with every event in a group; the reference has no groups, its longest gap 150-160 ms (a
+three-token chunk). A loaded machine gives an occasional long gap followed by a group, not a
+pattern: most events still arrive alone. A batcher that holds everything fails as before.
+
 On a real engine (``check_trickle_on_engine``): 40 tokens after a short prompt, at whatever pace
 the engine has (15-50 tokens/s on two shared cores: one to three seconds). The engine's books,
 read every 50 ms, give when it made its first token (it had read the prompt) and its last (the
@@ -20,6 +32,7 @@ arrives within tens of ms of the engine's, its tokens span the whole generation 
 
 from __future__ import annotations
 
+import itertools
 import statistics
 
 from labkit.capture import Capture, acapture_stream
@@ -33,6 +46,13 @@ SEED = 4101
 SCENARIO = {"ttft_ms": 200, "tps": 20, "tokens": 40}
 MAX_FIRST_LAG = 0.5  # of the upstream's generation time
 MIN_SPREAD = 0.5  # of the upstream's generation time
+HELD_GAP = 0.2  # of a token interval: token events closer than this arrived together
+BATCH_GAP = 3.0  # token intervals: a longer gap between groups is a held send
+BATCHED_SHARE = 0.5  # of the token events arriving in groups
+BATCHED = (
+    "tokens arrive in batches with long gaps between them: something holds sends back and "
+    "releases them together (a flush timer, send coalescing, Nagle's algorithm)"
+)
 ENGINE_TOKENS = 40
 ENGINE_TIMEOUT_S = 30.0  # per read: a first token on a crowded machine can take seconds
 
@@ -77,19 +97,32 @@ def _judge(capture: Capture, produced: tuple[float, float] | None) -> CheckResul
     arrived = capture.token_times
     first_lag = arrived[0] - produced_first
     spread = arrived[-1] - arrived[0]
+    tokens = max(capture.tokens_received, len(arrived))
+    interval = generation / max(tokens - 1, 1)
+    groups = _groups(arrived, HELD_GAP * interval)
+    grouped = sum(groups) / len(arrived)
+    max_gap = max(capture.gaps, default=0.0)
     evidence = {
         "upstream_first_token_ms": ms(produced_first),
         "upstream_last_token_ms": ms(produced_last),
         "client_first_token_ms": ms(arrived[0]),
         "client_median_token_ms": ms(statistics.median(arrived)),
         "client_last_token_ms": ms(arrived[-1]),
-        "client_max_gap_ms": ms(max(capture.gaps, default=0.0)),
+        "client_max_gap_ms": ms(max_gap),
         "first_token_lag_ms": ms(first_lag),
         "spread_ratio": spread / generation,
         "token_events": len(arrived),
+        "upstream_token_interval_ms": interval * 1000,
+        "client_groups": len(groups),
+        "grouped_share": grouped,
     }
     if first_lag <= MAX_FIRST_LAG * generation and spread >= MIN_SPREAD * generation:
-        return result.passed("tokens reach the client as the upstream generates them", evidence)
+        batched = max_gap > BATCH_GAP * interval and grouped >= BATCHED_SHARE
+        return result.passed(
+            "tokens reach the client as the upstream generates them",
+            evidence,
+            warning=BATCHED if batched else "",
+        )
     return result.failed(
         "tokens arrive in a burst at the end: something buffers the stream",
         evidence,
@@ -97,3 +130,18 @@ def _judge(capture: Capture, produced: tuple[float, float] | None) -> CheckResul
         "or middleware that holds bytes back) and send X-Accel-Buffering: no.",
         step="03_gzip_buffering",
     )
+
+
+def _groups(arrived: list[float], together_s: float) -> list[int]:
+    """The sizes of the groups of two or more arrivals, each within ``together_s`` of the one
+    before it (arrivals alone are no group)."""
+    sizes: list[int] = []
+    run = 1
+    for before, after in itertools.pairwise(arrived):
+        if after - before <= together_s:
+            run += 1
+            continue
+        if run > 1:
+            sizes.append(run)
+        run = 1
+    return [*sizes, run] if run > 1 else sizes

@@ -147,9 +147,11 @@ def _test(report: SubmissionReport, result: CheckResult) -> dict[str, Any]:
     """One Gradescope test for ``result``, worth what ``report.points`` gives it."""
     available = report.points.get(result.id, 0.0)
     name = f"{result.id}: {BY_ID[result.id].summary}"
-    output = result.verdict
+    output = result.verdict + (f"\nwarning: {result.warning}" if result.warning else "")
     if result.status == "failed":
         output += f"\nObserved: {_evidence(result)}\nWhat to change: {result.hint}"
+    elif result.warning and not result.skipped:
+        output += f"\nObserved: {_evidence(result)}"
     if result.inconclusive:
         name += f" ({NOT_DECIDED})"
         worth = "was given its full points" if report.earned(result) else "is left out of it"

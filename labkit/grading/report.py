@@ -136,6 +136,7 @@ class SubmissionReport:
                 evidence=dict(item.get("evidence", {})),
                 hint=str(item.get("hint", "")),
                 skipped=item.get("status") == "skipped",
+                warning=str(item.get("warning", "")),  # reports written before warnings lack it
             )
             for check_id, item in data["checks"].items()
         ]
@@ -161,6 +162,11 @@ def _evidence_text(result: CheckResult) -> str:
     return ", ".join(f"{k}={v}" for k, v in result.evidence.items())
 
 
+def _warning_items(result: CheckResult) -> list[str]:
+    """The feedback's warning line for ``result`` (none without a warning)."""
+    return [f"- **Warning**: {result.warning}"] if result.warning else []
+
+
 def render_table(report: SubmissionReport, *, evidence: bool = True) -> str:
     """The terminal view: one line per check, then what was seen and what to change."""
     lines = [f"Grading {report.name}"]
@@ -177,11 +183,13 @@ def render_table(report: SubmissionReport, *, evidence: bool = True) -> str:
     width = max(len(i) for i in CHECK_IDS)
     for result in report.results:
         lines.append(f"  {MARKS[result.outcome]}  {result.id:<{width}}  {result.verdict}")
-        shown = result.status == "failed" or result.inconclusive
+        if result.warning:
+            lines.append(f"        warning: {result.warning}")
+        shown = result.status == "failed" or result.inconclusive or bool(result.warning)
         if evidence and shown and report.problem is None:
             if result.evidence:
                 lines.append(f"        seen: {_evidence_text(result)}")
-            if not result.inconclusive:
+            if result.status == "failed":
                 lines.append(f"        fix:  {result.hint}")
     lines.append(f"Score: {_points(report.score)}/{_points(report.max_score)} ({report.tally()})")
     if report.inconclusive:
@@ -214,8 +222,21 @@ def feedback_markdown(report: SubmissionReport, similarity: SimilarityRow | None
                 f"### {result.id}: {SUMMARIES[result.id]}",
                 "",
                 f"- **Verdict**: {result.verdict}",
+                *_warning_items(result),
                 f"- **Observed**: {_evidence_text(result) or 'nothing measurable'}",
                 f"- **What to change**: {result.hint}",
+                "",
+            ]
+    warned = [r for r in report.results if r.status == "passed" and r.warning]
+    if warned and report.problem is None:
+        lines += ["## Passed, with a warning", ""]
+        for result in warned:
+            lines += [
+                f"### {result.id}: {SUMMARIES[result.id]}",
+                "",
+                f"- **Verdict**: {result.verdict}",
+                *_warning_items(result),
+                f"- **Observed**: {_evidence_text(result) or 'nothing measurable'}",
                 "",
             ]
     if report.inconclusive:
@@ -256,9 +277,11 @@ def gradescope_results(report: SubmissionReport) -> dict[str, Any]:
     for result in report.results:
         if result.skipped and not result.inconclusive:
             continue
-        output = result.verdict
+        output = result.verdict + (f"\nwarning: {result.warning}" if result.warning else "")
         if result.status == "failed":
             output += f"\nObserved: {_evidence_text(result)}\nWhat to change: {result.hint}"
+        elif result.warning and not result.skipped:
+            output += f"\nObserved: {_evidence_text(result)}"
         if result.inconclusive:
             output += (
                 f"\nObserved: {_evidence_text(result)}\nThe grader's machine was too slow "
