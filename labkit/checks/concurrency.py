@@ -6,9 +6,10 @@ each with a 3 s first token (TTFT_S) and then tokens at 2 a second (TPS) until i
 STREAM_S (5 s: 4 tokens), stretched by ``budget_scale`` on a slower machine (10 s at half a CPU),
 while the probe asks again every 0.1 s and times each answer. The streams start evenly over
 two seconds (ARRIVE_OVER_S), so they are all open at once from then on, and the proxy is not
-asked to accept all STREAMS connections in the same instant (at half a CPU, 120 requests in one
-second kept a correct proxy's event loop busy past the probe limit). Any answer counts (a 404
-too): a probe only measures whether the proxy's event loop is free to answer at all.
+asked to accept all STREAMS connections in the same instant (at half a CPU, that many in one
+second keep even a correct proxy's event loop busy past the probe limit: docs/measurements.md,
+"Why concurrency's thresholds"). Any answer counts (a 404 too): a probe only measures whether
+the proxy's event loop is free to answer at all.
 
 Two ways a proxy makes streams wait, and what tells each apart:
 
@@ -42,11 +43,11 @@ Inconclusive (never a fail) only for the machine: an idle probe already took mor
 of MAX_PROBE_S; or the upstream itself was slow to answer its own probe (the same probe, sent to
 the upstream directly beside every proxy probe) while streams queued, so the whole machine
 paused; or, with no stream queued, one probe was slow while the median stayed fast
-(PAUSE_MEDIAN_S): a blocked loop is slow all along, and a pause of 1.1-1.5 s was seen for correct
-proxies at half a CPU while the grader's lanes competed for it. Streams that queued behind
-others while the upstream answered at once are never excused: a proxy whose workers are all
-busy (a thread pool smaller than the streams) answers most probes at once and makes the rest of
-the streams wait, and that fails.
+(PAUSE_MEDIAN_S): a blocked loop is slow all along, while a correct proxy at half a CPU, whose
+CPU the grader's other lanes share, can pause once for over a second (same section). Streams
+that queued behind others while the upstream answered at once are never excused: a proxy whose
+workers are all busy (a thread pool smaller than the streams) answers most probes at once and
+makes the rest of the streams wait, and that fails.
 
 On a real engine (``check_concurrency_on_engine``) the streams are as many as the engine has
 slots (ENGINE_STREAMS: more would wait in its queue, and a queued request gets no response
