@@ -28,9 +28,16 @@ buffers held), or the upstream has sent its whole stream while the client has re
 the proxy ends the slow reader's stream early, which is not holding it back either). Correct
 and broken land far apart in tokens, not in seconds: a slow machine only takes longer to get
 there (a correct proxy's buffers are full after about 6 s at half a CPU, 4 s at one; an
-unbounded queue passes the limit after about 13 s and 9 s). The proxy's resident memory growth
-is reported as evidence when its process id is known, never judged: a slow machine grows it
-slowly.
+unbounded queue passes the limit after about 13 s and 9 s).
+
+The proxy's memory is never what passes or fails it (a slow machine grows it slowly), but a
+failing verdict says where what it read ahead went, when it can tell: with the proxy's process
+id (graded as a file) its resident memory is sampled, and a growth of MEMORY_GROWTH_MB or more
+by the time the lead passed the limit means it kept it in memory; less, that it kept it outside
+(a temporary file, as lighttpd and nginx's proxy buffering do). Graded by URL there is no
+process to measure, and the verdict says so. At the limit the lead is about 21 MB of events on
+the wire; measured growth: an unbounded queue 38 MB (Python strings), a proxy spooling to a
+temporary file 1.3-1.7 MB, the reference with its buffers full 1.3-1.5 MB (docs/measurements.md).
 
 Inconclusive (never a fail): the window (``window_s``: 20 s, twice that below one CPU) closes
 while the upstream is still sending with a lead under LEAD_LIMIT, or its sent count stands still
@@ -70,6 +77,8 @@ PLATEAU_S = 1.0
 MAX_CREEP = 200  # tokens the upstream may still send while the buffers are full
 MIN_FLOWING = 1000  # tokens sent before a standstill counts (the stream must have flowed)
 LEAD_LIMIT = 200_000  # tokens between upstream and client: twice the most buffers held
+CLOCK_LEEWAY_S = 1.0
+MEMORY_GROWTH_MB = 10.0  # half what LEAD_LIMIT tokens take on the wire: kept in memory
 READ_INTERVAL_S = 0.25
 POLL_S = 0.1
 MB = 1024 * 1024
@@ -129,6 +138,18 @@ class Sample:
         return self.sent - self.read
 
 
+def read_ahead_verdict(rss_growth_mb: float | None) -> str:
+    """What a proxy that read the upstream ahead without bound did with it: kept it in memory
+    (its resident memory grew by MEMORY_GROWTH_MB or more), outside it (less), or unknown
+    (``None``: graded by URL, no process to measure)."""
+    ahead = "the proxy reads the upstream ahead of a slow client without bound"
+    if rss_growth_mb is None:
+        return f"{ahead} (where it keeps what it read was not measured)"
+    if rss_growth_mb >= MEMORY_GROWTH_MB:
+        return f"{ahead}, and its memory grows with what it read"
+    return f"{ahead}, keeping what it read outside memory (in a temporary file, say)"
+
+
 def window_s() -> float:
     """How long we watch for either outcome: longer on a machine with less than one CPU."""
     return WINDOW_S * min(budget_scale(), 2.0)
@@ -158,6 +179,16 @@ def _stream_over(record: Record) -> bool:
     return True
 
 
+def _ours(record: Record | None, sent_at: float) -> Record | None:
+    """``record`` if it is of the request sent at ``sent_at`` (``time.time()``; a second's
+    leeway between clocks, as ``CheckContext.records``), else None: a run again after an
+    inconclusive one (WINDOW_S earlier) must not read that run's stream, still being cancelled,
+    whose sent count would seem to stand still, or fall."""
+    if record is None or record.get("started_at", 0.0) < sent_at - CLOCK_LEEWAY_S:
+        return None
+    return record
+
+
 def _count(record: Record | None, key: str) -> int:
     return 0 if record is None else int(record.get(key) or 0)
 
@@ -175,6 +206,7 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
     rss_before = _rss(ctx.proxy_pid)
     rss_peak = rss_before
     reader = SlowReader()
+    sent_at = time.time()
     client = asyncio.create_task(reader.read(ctx.chat_url, chat_body(SEED, SCENARIO)))
     started = time.monotonic()
     window = window_s()
@@ -183,7 +215,7 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
     upstream_state = "running"
     try:
         while not reader.ended and time.monotonic() - started < window:
-            record = await ctx.record(SEED, wait_s=0)
+            record = _ours(await ctx.record(SEED, wait_s=0), sent_at)
             sent = _count(record, "tokens_sent")
             sample = Sample(time.monotonic() - started, sent, reader.tokens_read, reader.reads)
             history.append(sample)
@@ -208,8 +240,9 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
         client.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await client
-    record = await ctx.record(SEED, until=finished)
+    record = _ours(await ctx.record(SEED, until=finished), sent_at)
     last = history[-1] if history else Sample(0.0, 0, 0, 0)
+    rss_growth_mb = None if rss_before is None or rss_peak is None else (rss_peak - rss_before) / MB
     evidence = {
         "upstream_tokens_sent": last.sent,
         "upstream_tokens_generated": None if record is None else record.get("tokens_generated"),
@@ -218,9 +251,7 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
         "max_lead_tokens": max((s.lead for s in history), default=0),
         "upstream_state": upstream_state,
         "decided_after_ms": ms(last.t),
-        "rss_growth_mb": None
-        if rss_before is None or rss_peak is None
-        else (rss_peak - rss_before) / MB,
+        "rss_growth_mb": rss_growth_mb,
         "window_ms": ms(window),
     }
     if verdict == "held":
@@ -231,7 +262,7 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
         )
     if verdict == "ahead" or (verdict == "finished" and upstream_state == "completed"):
         return result.failed(
-            "the proxy reads the upstream ahead of a slow client: its memory grows without bound",
+            read_ahead_verdict(rss_growth_mb),
             evidence,
             "let the client's pace reach the upstream: read the next upstream chunk only after "
             "the last one was sent, or put a bounded asyncio.Queue(maxsize=...) between them.",
