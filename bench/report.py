@@ -302,17 +302,17 @@ def _jsonable(value: Any) -> Any:
 
 
 def plots(result: Mapping[str, Any], directory: Path, stem: str) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # a bare Figure draws with the Agg canvas and leaves pyplot's backend alone
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
 
     written: list[Path] = []
     configs = result["configs"]
     extra = derived(result)
     names = [n for n in configs if n != "direct"]
     if names:
-        fig, ax = plt.subplots(figsize=(9, 4))
+        fig = Figure(figsize=(9, 4))
+        ax = fig.subplots()
         keys = [
             ("steady_ttft_p50_added_ms", "steady p50"),
             ("steady_ttft_p99_added_ms", "steady p99"),
@@ -329,10 +329,10 @@ def plots(result: Mapping[str, Any], directory: Path, stem: str) -> list[Path]:
         ax.legend()
         fig.tight_layout()
         written.append(_save(fig, directory / f"{stem}-ttft.png"))
-        plt.close(fig)
     if any("capacity" in f for f in configs.values()):
-        fig, (gaps, ttft) = plt.subplots(1, 2, figsize=(12, 4.5))
-        colours = [plt.get_cmap("tab20")(i) for i in range(20)]
+        fig = Figure(figsize=(12, 4.5))
+        gaps, ttft = fig.subplots(1, 2)
+        colours = [colormaps["tab20"](i) for i in range(20)]
         for i, (name, figures) in enumerate(configs.items()):
             rows = figures.get("capacity", [])
             if rows:
@@ -350,9 +350,9 @@ def plots(result: Mapping[str, Any], directory: Path, stem: str) -> list[Path]:
         ttft.legend(fontsize=7)
         fig.tight_layout()
         written.append(_save(fig, directory / f"{stem}-capacity.png"))
-        plt.close(fig)
     if any("slow" in f for f in configs.values()):
-        fig, ax = plt.subplots(figsize=(8, 4))
+        fig = Figure(figsize=(8, 4))
+        ax = fig.subplots()
         for name, figures in configs.items():
             slow = figures.get("slow")
             if slow and slow["samples"]:
@@ -367,7 +367,6 @@ def plots(result: Mapping[str, Any], directory: Path, stem: str) -> list[Path]:
         ax.legend(fontsize=8)
         fig.tight_layout()
         written.append(_save(fig, directory / f"{stem}-memory.png"))
-        plt.close(fig)
     return written
 
 
