@@ -41,7 +41,6 @@ if typing.TYPE_CHECKING:
     from labkit.capture import capture_stream as capture_stream
     from labkit.chat import chat_page as chat_page
     from labkit.chat import machine_source as machine_source
-    from labkit.chat.browser import BrowserUnavailableError as BrowserUnavailableError
     from labkit.chat.browser import ChatBrowser as ChatBrowser
     from labkit.chat.browser import browser_problem as browser_problem
     from labkit.checks import CheckResult as CheckResult
@@ -52,6 +51,7 @@ if typing.TYPE_CHECKING:
     from labkit.engine import engine_if_built as engine_if_built
     from labkit.engine import start_engine as start_engine
     from labkit.errors import AppStartupError as AppStartupError
+    from labkit.errors import BrowserUnavailableError as BrowserUnavailableError
     from labkit.errors import CaptureError as CaptureError
     from labkit.errors import EngineBuildError as EngineBuildError
     from labkit.errors import EngineNotBuiltError as EngineNotBuiltError
@@ -59,7 +59,9 @@ if typing.TYPE_CHECKING:
     from labkit.errors import InvalidTargetError as InvalidTargetError
     from labkit.errors import LabkitError as LabkitError
     from labkit.errors import MockUpstreamError as MockUpstreamError
+    from labkit.errors import NginxNotFoundError as NginxNotFoundError
     from labkit.errors import PortInUseError as PortInUseError
+    from labkit.errors import ProxyFileError as ProxyFileError
     from labkit.errors import ServerExitedError as ServerExitedError
     from labkit.errors import ServerStartError as ServerStartError
     from labkit.errors import StartTimeoutError as StartTimeoutError
@@ -69,7 +71,6 @@ if typing.TYPE_CHECKING:
     from labkit.plots import plot_gaps as plot_gaps
     from labkit.plots import plot_timeline as plot_timeline
     from labkit.plots import slope_guides as slope_guides
-    from labkit.proxy_file import ProxyFileError as ProxyFileError
     from labkit.proxy_file import check_proxy as check_proxy
     from labkit.proxy_file import find_proxy as find_proxy
     from labkit.proxy_file import load_ipython_extension as load_ipython_extension
@@ -77,7 +78,6 @@ if typing.TYPE_CHECKING:
     from labkit.proxy_file import write_part as write_part
     from labkit.regions import unwritten as unwritten
     from labkit.servers import ExternalServer as ExternalServer
-    from labkit.servers import NginxNotFoundError as NginxNotFoundError
     from labkit.servers import ServerHandle as ServerHandle
     from labkit.servers import SubprocessServer as SubprocessServer
     from labkit.servers import ThreadServer as ThreadServer
@@ -96,7 +96,7 @@ if typing.TYPE_CHECKING:
 # The public surface, written once: each name and the module it is loaded from.
 _WHERE = {
     "AppStartupError": "labkit.errors",
-    "BrowserUnavailableError": "labkit.chat.browser",
+    "BrowserUnavailableError": "labkit.errors",
     "Capture": "labkit.capture",
     "CaptureError": "labkit.errors",
     "ChatBrowser": "labkit.chat.browser",
@@ -114,10 +114,10 @@ _WHERE = {
     "LabkitError": "labkit.errors",
     "MockUpstream": "labkit.upstream",
     "MockUpstreamError": "labkit.errors",
-    "NginxNotFoundError": "labkit.servers",
+    "NginxNotFoundError": "labkit.errors",
     "NotebookChecks": "labkit.notebook_checks",
     "PortInUseError": "labkit.errors",
-    "ProxyFileError": "labkit.proxy_file",
+    "ProxyFileError": "labkit.errors",
     "RestartPolicy": "labkit.stream_gateway",
     "ServerExitedError": "labkit.errors",
     "ServerHandle": "labkit.servers",
