@@ -51,10 +51,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, ClassVar, Final, Protocol
 
 import httpx
@@ -86,6 +85,23 @@ CHAT_PATH: Final = "/v1/chat/completions"
 #: Reasons after which a fresh upstream request may give the reader a whole answer.
 RESTARTABLE: Final = frozenset({"upstream_error", "upstream_dropped", "upstream_status"})
 _BUCKETS: Final = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+
+
+class ProxyParts(Protocol):
+    """What the gateway calls of a proxy module (``solutions.proxy``, or the learner's
+    ``proxy.py`` loaded with ``labkit.load_proxy``): the parts of it the lab has written."""
+
+    SSE_HEADERS: Mapping[str, str]
+    Usage: Callable[[], Any]
+
+    def make_client(self, upstream_url: str) -> httpx.AsyncClient: ...
+    def sse_events(self, lines: AsyncIterator[str]) -> AsyncIterator[str]: ...
+    def event_data(self, event: str) -> str: ...
+    def ask_for_usage(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]: ...
+    def log_usage(self, usage: Any, outcome: str) -> None: ...
+    def error_body(self, message: str, type_: str) -> dict[str, Any]: ...
+    async def read_request(self, request: Request) -> dict[str, Any] | Response: ...
+    def upstream_headers(self, request: Request) -> dict[str, str]: ...
 
 
 class ReleasePolicy(Protocol):
@@ -194,7 +210,7 @@ class Answer:
 
 
 async def upstream_chunks(
-    parts: ModuleType, client: httpx.AsyncClient, request: httpx.Request
+    parts: ProxyParts, client: httpx.AsyncClient, request: httpx.Request
 ) -> AsyncGenerator[dict[str, Any], None]:
     """The upstream's chunks, parsed, up to its ``[DONE]``. Every other ending raises
     ``Failure``: a status, an in-stream error, a drop. Broken frames are skipped."""
@@ -287,7 +303,7 @@ def checked_calls(
 
 
 def make_stream_gateway(
-    parts: ModuleType,
+    parts: ProxyParts,
     upstream_url: str,
     *,
     release: Callable[[], ReleasePolicy] = Immediate,
