@@ -177,7 +177,10 @@ def version(gateway: Gateway) -> str:
     except OSError as exc:
         return f"{gateway.program}: {exc}"
     lines = (done.stdout + done.stderr).strip().splitlines()
-    return lines[0] if lines else f"{gateway.program}: no version printed"
+    if not lines:
+        return f"{gateway.program}: no version printed"
+    # caddy prints the bare number
+    return lines[0] if any(c.isalpha() for c in lines[0]) else f"{gateway.program} {lines[0]}"
 
 
 def render_table(rows: Sequence[Row], runs: int, when: str, versions: Sequence[str]) -> str:
@@ -246,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help=f"gateways to grade: {', '.join(BY_NAME)}")
     parser.add_argument("--runs", type=int, default=1, help="gradings of each gateway (default 1)")
     parser.add_argument("--doc", type=Path, help="markdown file whose marked table to rewrite")
+    parser.add_argument("--json", type=Path, help="also write every report (JSON) to this file")
     parser.add_argument(
         "--no-install", action="store_true", help="do not apt-get the missing Debian packages"
     )
@@ -276,6 +280,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table)
     if args.doc is not None:
         write_doc(args.doc, table)
+    if args.json is not None:
+        reports = {row.gateway.name: row.reports for row in rows if not row.skipped}
+        args.json.write_text(json.dumps(reports, indent=1) + "\n", encoding="utf-8")
     return 0
 
 
