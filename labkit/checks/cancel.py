@@ -41,18 +41,22 @@ hang-up) or at the first token; one that never closes it lets the engine read th
 answer. A closed connection with a token made anyway means the engine read the prompt faster
 than measured: inconclusive, never a fail. For an engine on another machine the sockets are not
 visible, and the engine's idle time is judged with ENGINE_NOTICE_S more.
+
+Each check is an ``observe_*`` coroutine that runs the experiment and returns what it saw (a
+frozen dataclass), and a pure ``judge_*`` that holds every rule, so the rules are tested on
+constructed observations in process (tests/grading/test_judges_cancel.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished, ms
-from labkit.checks.engine_books import Books
 from labkit.checks.engine_requests import OpenStream, engine_body, measure_prompt_rate
 from labkit.checks.engine_sockets import EngineSockets
-from labkit.checks.result import CheckResult
+from labkit.checks.result import CheckResult, Evidence
 from mock_upstream.scenario import DEFAULT_TPS
 
 STEP = "04_cancel_on_disconnect"
@@ -90,16 +94,65 @@ cancel_result = Outcome("cancel", STEP)
 early_result = Outcome("cancel_before_first_token", STEP)
 
 
+@dataclass(frozen=True)
+class HungUp:
+    """What one hang-up from the mock showed: when the client left (the clock of the mock's
+    records) and the mock's record of the request as it ended up (None: it never arrived)."""
+
+    hung_up_at: float
+    record: Record | None
+
+
+@dataclass(frozen=True)
+class EngineNeverStarted:
+    """``cancel`` on an engine that did not decode ENGINE_HANG_UP_DECODES times within
+    ENGINE_START_S: the status the proxy answered, and what the engine's books moved."""
+
+    status: int | None
+    prompt_tokens: int
+    decoded: int
+    running: int
+
+
+@dataclass(frozen=True)
+class EngineStopped:
+    """``cancel`` on an engine that had started: when it was idle again after the hang-up (None:
+    still running ENGINE_WATCH_S later), the tokens it decoded before and after the hang-up, and
+    all it predicted for the request."""
+
+    stopped_after: float | None
+    decoded_before_hangup: int
+    decoded_after_hangup: int
+    tokens_generated: int
+
+
+@dataclass(frozen=True)
+class EngineEarly:
+    """``cancel_before_first_token`` on an engine: the prompt (its size, and when its first token
+    was due by the rate measured just before), whether the proxy's sockets to the engine were
+    watched, when the proxy closed them and when the engine was idle, both after the hang-up
+    (None: not seen), and what the engine read and predicted."""
+
+    status: int | None
+    sentences: int
+    first_token_due: float
+    sockets_watched: bool
+    closed_after: float | None
+    idle_after: float | None
+    prompt_tokens_read: int
+    tokens_generated: int
+
+
 async def _hang_up(
     ctx: CheckContext, seed: int, scenario: dict[str, int], after_s: float
-) -> tuple[float, Record | None]:
+) -> HungUp:
     """Stream, hang up after ``after_s``; return the hang-up time and the record as it ends up."""
     capture = await acapture_stream(
         ctx.chat_url, json=chat_body(seed, scenario), disconnect_after_s=after_s, timeout=10
     )
     hung_up_at = capture.started_at + capture.total_time
     record = await ctx.record(seed, until=finished, wait_s=WAIT_S)
-    return hung_up_at, record
+    return HungUp(hung_up_at, record)
 
 
 def tokens_after_hang_up(record: Record, hung_up_at: float) -> int:
@@ -137,15 +190,24 @@ def _stopped_in_time(record: Record, hung_up_at: float) -> bool:
     )
 
 
-async def check_cancel(ctx: CheckContext) -> CheckResult:
-    hung_up_at, record = await _hang_up(ctx, CANCEL_SEED, CANCEL_SCENARIO, CANCEL_AFTER_S)
+def _never_reached(outcome: Outcome, evidence: Evidence) -> CheckResult:
+    return outcome.failed(
+        "the request never reached the upstream",
+        evidence,
+        "forward POST /v1/chat/completions to the upstream with its JSON body.",
+        step="02_forwarding_proxy",
+    )
+
+
+async def observe_cancel(ctx: CheckContext) -> HungUp:
+    return await _hang_up(ctx, CANCEL_SEED, CANCEL_SCENARIO, CANCEL_AFTER_S)
+
+
+def judge_cancel(observed: HungUp) -> CheckResult:
+    """Pass: the mock recorded the request ``cancelled`` within MAX_STOP_S of the hang-up."""
+    hung_up_at, record = observed.hung_up_at, observed.record
     if record is None:
-        return cancel_result.failed(
-            "the request never reached the upstream",
-            {},
-            "forward POST /v1/chat/completions to the upstream with its JSON body.",
-            step="02_forwarding_proxy",
-        )
+        return _never_reached(cancel_result, {})
     evidence = _evidence(hung_up_at, record)
     if _stopped_in_time(record, hung_up_at):
         return cancel_result.passed("the upstream stopped soon after the client left", evidence)
@@ -156,15 +218,19 @@ async def check_cancel(ctx: CheckContext) -> CheckResult:
     return cancel_result.failed(verdict, evidence, CANCEL_ADVICE)
 
 
-async def check_cancel_before_first_token(ctx: CheckContext) -> CheckResult:
-    hung_up_at, record = await _hang_up(ctx, EARLY_SEED, EARLY_SCENARIO, EARLY_AFTER_S)
+async def check_cancel(ctx: CheckContext) -> CheckResult:
+    return judge_cancel(await observe_cancel(ctx))
+
+
+async def observe_cancel_before_first_token(ctx: CheckContext) -> HungUp:
+    return await _hang_up(ctx, EARLY_SEED, EARLY_SCENARIO, EARLY_AFTER_S)
+
+
+def judge_cancel_before_first_token(observed: HungUp) -> CheckResult:
+    """Pass: the mock recorded ``cancelled`` within MAX_STOP_S of the hang-up, no token made."""
+    hung_up_at, record = observed.hung_up_at, observed.record
     if record is None:
-        return early_result.failed(
-            "the request never reached the upstream",
-            {},
-            "forward POST /v1/chat/completions to the upstream with its JSON body.",
-            step="02_forwarding_proxy",
-        )
+        return _never_reached(early_result, {})
     evidence = _evidence(hung_up_at, record)
     if _stopped_in_time(record, hung_up_at) and not record.get("tokens_generated"):
         return early_result.passed(
@@ -177,7 +243,11 @@ async def check_cancel_before_first_token(ctx: CheckContext) -> CheckResult:
     return early_result.failed(verdict, evidence, EARLY_ADVICE)
 
 
-async def check_cancel_on_engine(ctx: CheckContext) -> CheckResult:
+async def check_cancel_before_first_token(ctx: CheckContext) -> CheckResult:
+    return judge_cancel_before_first_token(await observe_cancel_before_first_token(ctx))
+
+
+async def observe_cancel_on_engine(ctx: CheckContext) -> EngineStopped | EngineNeverStarted:
     books = ctx.books
     body = engine_body(await books.model(), max_tokens=ENGINE_CANCEL_TOKENS)
     async with books.watch() as watch:
@@ -188,51 +258,63 @@ async def check_cancel_on_engine(ctx: CheckContext) -> CheckResult:
         )
         hung_up_at = await stream.hang_up()
         if started is None:
-            return await _never_started(ctx, before, stream)
+            seen = (await books.read()).since(before)
+            return EngineNeverStarted(stream.status, seen.prompt, seen.decoded, seen.running)
         at_hang_up = watch.last
         idle = await watch.until(lambda now: now.running == 0, ENGINE_WATCH_S)
         seen = idle or watch.last
     done = await books.wait_idle(ENGINE_IDLE_WAIT_S) or await books.read()
-    spent = done.since(before)
-    stopped_after = None if idle is None else idle.at - hung_up_at
+    return EngineStopped(
+        stopped_after=None if idle is None else idle.at - hung_up_at,
+        decoded_before_hangup=at_hang_up.decoded - before.decoded,
+        decoded_after_hangup=seen.decoded - at_hang_up.decoded,
+        tokens_generated=done.since(before).predicted,
+    )
+
+
+def judge_cancel_on_engine(observed: EngineStopped | EngineNeverStarted) -> CheckResult:
+    """Pass: the engine was idle within MAX_STOP_S of the hang-up, having made fewer tokens than
+    asked. An engine that never started decoding: a fail if the request never reached it,
+    inconclusive if it did (the machine was too slow)."""
+    if isinstance(observed, EngineNeverStarted):
+        return _never_started(observed)
+    stopped_after = observed.stopped_after
     evidence = {
-        "upstream_state": "stopped" if idle is not None else "running",
+        "upstream_state": "stopped" if stopped_after is not None else "running",
         "upstream_stop_after_hangup_ms": ms(stopped_after),
-        "tokens_decoded_before_hangup": at_hang_up.decoded - before.decoded,
-        "tokens_decoded_after_hangup": seen.decoded - at_hang_up.decoded,
-        "tokens_generated": spent.predicted,
+        "tokens_decoded_before_hangup": observed.decoded_before_hangup,
+        "tokens_decoded_after_hangup": observed.decoded_after_hangup,
+        "tokens_generated": observed.tokens_generated,
         "tokens_asked": ENGINE_CANCEL_TOKENS,
     }
     if stopped_after is not None and stopped_after <= MAX_STOP_S:
-        if spent.predicted < ENGINE_CANCEL_TOKENS:
+        if observed.tokens_generated < ENGINE_CANCEL_TOKENS:
             return cancel_result.passed("the upstream stopped soon after the client left", evidence)
-    if idle is None:
+    if stopped_after is None:
         verdict = "the upstream kept generating after the client left"
     else:
         verdict = "the upstream did not stop promptly when the client left"
     return cancel_result.failed(verdict, evidence, CANCEL_ADVICE)
 
 
-async def _never_started(ctx: CheckContext, before: Books, stream: OpenStream) -> CheckResult:
+async def check_cancel_on_engine(ctx: CheckContext) -> CheckResult:
+    return judge_cancel_on_engine(await observe_cancel_on_engine(ctx))
+
+
+def _never_started(observed: EngineNeverStarted) -> CheckResult:
     """The engine did not decode ENGINE_HANG_UP_DECODES times within ENGINE_START_S: the
     request never reached it (a fail), or the machine was too slow (inconclusive)."""
-    seen = (await ctx.books.read()).since(before)
-    evidence = {"status": stream.status, "engine_prompt_tokens": seen.prompt}
-    if seen.running or seen.prompt or seen.decoded:
+    evidence = {"status": observed.status, "engine_prompt_tokens": observed.prompt_tokens}
+    if observed.running or observed.prompt_tokens or observed.decoded:
         return cancel_result.inconclusive(
             "inconclusive: the engine was too slow to start generating",
-            f"it decoded {seen.decoded} times in {ENGINE_START_S:g} s",
+            f"it decoded {observed.decoded} times in {ENGINE_START_S:g} s",
             evidence,
         )
-    return cancel_result.failed(
-        "the request never reached the upstream",
-        evidence,
-        "forward POST /v1/chat/completions to the upstream with its JSON body.",
-        step="02_forwarding_proxy",
-    )
+    return _never_reached(cancel_result, evidence)
 
 
-async def check_cancel_before_first_token_on_engine(ctx: CheckContext) -> CheckResult:
+async def observe_cancel_before_first_token_on_engine(ctx: CheckContext) -> EngineEarly:
     books = ctx.books
     model = await books.model()
     rate = await measure_prompt_rate(ctx.upstream_url, model)
@@ -249,29 +331,40 @@ async def check_cancel_before_first_token_on_engine(ctx: CheckContext) -> CheckR
         closed_at = await sockets.closed_by_peer(watched, WAIT_S)
     after = await books.wait_idle(ENGINE_IDLE_WAIT_S)
     spent = (after or await books.read()).since(before)
-    closed_after = None if closed_at is None else closed_at - hung_up_at
-    idle_after = None if after is None else after.at - hung_up_at
+    return EngineEarly(
+        status=stream.status,
+        sentences=sentences,
+        first_token_due=rate.seconds_for(sentences),
+        sockets_watched=sockets is not None and bool(watched),
+        closed_after=None if closed_at is None else closed_at - hung_up_at,
+        idle_after=None if after is None else after.at - hung_up_at,
+        prompt_tokens_read=spent.prompt,
+        tokens_generated=spent.predicted,
+    )
+
+
+def judge_cancel_before_first_token_on_engine(observed: EngineEarly) -> CheckResult:
+    """Pass: the proxy closed its connection to the engine within MAX_STOP_S of the hang-up
+    (without a view of the sockets: the engine was idle within MAX_STOP_S + ENGINE_NOTICE_S)
+    and the engine made no token. Let go in time with a token made anyway: inconclusive."""
+    closed_after, idle_after = observed.closed_after, observed.idle_after
     evidence: dict[str, int | str | None] = {
-        "prompt_sentences": sentences,
-        "prompt_tokens_read": spent.prompt,  # before it stopped (cached ones included)
-        "first_token_due_ms": ms(rate.seconds_for(sentences)),
+        "prompt_sentences": observed.sentences,
+        "prompt_tokens_read": observed.prompt_tokens_read,  # before it stopped (cached included)
+        "first_token_due_ms": ms(observed.first_token_due),
         "upstream_closed_after_hangup_ms": ms(closed_after),
         "upstream_idle_after_hangup_ms": ms(idle_after),
-        "tokens_generated": spent.predicted,
+        "tokens_generated": observed.tokens_generated,
     }
-    if spent.prompt == 0 and spent.predicted == 0 and stream.status is None:
-        return early_result.failed(
-            "the request never reached the upstream",
-            evidence,
-            "forward POST /v1/chat/completions to the upstream with its JSON body.",
-            step="02_forwarding_proxy",
-        )
-    if sockets is not None and watched:
+    nothing_spent = observed.prompt_tokens_read == 0 and observed.tokens_generated == 0
+    if nothing_spent and observed.status is None:
+        return _never_reached(early_result, evidence)
+    if observed.sockets_watched:
         stopped = closed_after is not None and closed_after <= MAX_STOP_S
     else:  # no view of the sockets: the engine's idle time, with its own notice allowed
         evidence["judged_by"] = "engine idle time"
         stopped = idle_after is not None and idle_after <= MAX_STOP_S + ENGINE_NOTICE_S
-    if stopped and spent.predicted == 0:
+    if stopped and observed.tokens_generated == 0:
         return early_result.passed(
             "the upstream stopped before its first token when the client left", evidence
         )
@@ -279,14 +372,20 @@ async def check_cancel_before_first_token_on_engine(ctx: CheckContext) -> CheckR
         return early_result.inconclusive(
             "inconclusive: the engine made its first token before it noticed the hang-up",
             f"the proxy let go in time, but the engine read the whole prompt and made "
-            f"{spent.predicted} tokens: faster than the {ms(rate.seconds_for(sentences))} ms "
-            "measured just before",
+            f"{observed.tokens_generated} tokens: faster than the "
+            f"{ms(observed.first_token_due)} ms measured just before",
             evidence,
             "grade again; on an engine of your own, let it stop within a prompt "
             "(llama-server --batch-size 32).",
         )
-    if spent.predicted or after is None:
+    if observed.tokens_generated or idle_after is None:
         verdict = "the upstream went on to its first token after the client had left"
     else:
         verdict = "the upstream did not stop promptly when the client left early"
     return early_result.failed(verdict, evidence, EARLY_ADVICE)
+
+
+async def check_cancel_before_first_token_on_engine(ctx: CheckContext) -> CheckResult:
+    return judge_cancel_before_first_token_on_engine(
+        await observe_cancel_before_first_token_on_engine(ctx)
+    )
