@@ -12,15 +12,15 @@ upstream's own generation time, so a slow machine moves neither much.
 
 A pass can carry a warning: the proxy *batches* its sends (HAProxy without
 ``option http-no-delay`` holds them about 200 ms; a flush timer or Nagle's algorithm does the
-same). Its tokens still span the generation, but they arrive in groups: events that arrive
-within HELD_GAP of a token interval of each other (the upstream's generation time over its
-tokens: 50 ms here) came together, and a batcher's longest gap between groups is its timer.
-Warned when the longest gap is over BATCH_GAP token intervals (the mock's chunks hold one to
-three tokens, so a trickling proxy's longest is three) *and* at least BATCHED_SHARE of the
-token events arrived in groups. Measured: a 200 ms batcher has gaps of 200 ms (four intervals)
-with every event in a group; the reference has no groups, its longest gap 150-160 ms (a
-three-token chunk). A loaded machine gives an occasional long gap followed by a group, not a
-pattern: most events still arrive alone. A batcher that holds everything fails as before.
+same). Its tokens still span the generation, but they arrive in groups. The yardstick is the
+upstream's token interval (its generation time over its tokens: 50 ms here): token events less
+than HELD_GAP of it apart arrived together. Warned when the client's longest gap is over
+BATCH_GAP intervals (the mock's chunks hold one to three tokens, so a trickling proxy's longest
+is three) *and* at least BATCHED_SHARE of the token events arrived in groups. Measured: a
+200 ms batcher's gaps are 200 ms (four intervals) and every event is in a group; the
+reference's longest gap is 150-160 ms (a three-token chunk) and no event is in a group. A loaded
+machine gives an occasional long gap followed by one group, not a pattern: most events still
+arrive alone. A proxy that holds everything to the end fails, with no warning.
 
 On a real engine (``check_trickle_on_engine``): 40 tokens after a short prompt, at whatever pace
 the engine has (15-50 tokens/s on two shared cores: one to three seconds). The engine's books,
