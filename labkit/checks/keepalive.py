@@ -19,11 +19,15 @@ A proxy that holds the whole stream back (a buffer, a compressor without flushes
 with its own verdict: the client's longest gap is then far shorter than the upstream's silence
 (under HIDDEN_SHARE of it), so the client never saw a silence to fill; it waited before the
 first byte instead.
+
+``observe`` runs the experiment and returns what the client saw; ``judge`` holds every rule, and
+is tested on constructed observations in process (tests/grading/test_judges_keepalive.py).
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body, finished, ms
@@ -47,31 +51,57 @@ def _silence(token_times: list[float]) -> tuple[float, float] | None:
     return max(gaps, key=lambda gap: gap[1] - gap[0], default=None)
 
 
-async def check_keepalive(ctx: CheckContext) -> CheckResult:
+@dataclass(frozen=True)
+class Observed:
+    """What the client saw of the stream (its status and ending, the times of its token events
+    and of its comments, in seconds since the request was sent) and whether the request reached
+    the upstream and got as far as its first token there."""
+
+    status: int | None
+    terminal: str
+    token_times: tuple[float, ...]
+    comment_times: tuple[float, ...]
+    reached_upstream: bool
+
+
+async def observe(ctx: CheckContext) -> Observed:
     capture = await acapture_stream(ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=20)
     record = await ctx.record(SEED, until=finished)
-    if record is None or record.get("first_token_at") is None:
+    return Observed(
+        status=capture.status,
+        terminal=capture.terminal,
+        token_times=tuple(capture.token_times),
+        comment_times=tuple(c.t for c in capture.comments),
+        reached_upstream=record is not None and record.get("first_token_at") is not None,
+    )
+
+
+def judge(observed: Observed) -> CheckResult:
+    """Pass: the stream ends with ``[DONE]`` and a comment came inside the longest gap between
+    tokens, at most LATEST_IN_GAP of the way through it. A gap under HIDDEN_SHARE of the
+    upstream's silence: the stream was held back."""
+    if not observed.reached_upstream:
         return result.failed(
             "the request never reached the upstream",
-            {"status": capture.status},
+            {"status": observed.status},
             "forward POST /v1/chat/completions to the upstream with its JSON body.",
             step="02_forwarding_proxy",
         )
-    silence = _silence(capture.token_times)
+    silence = _silence(list(observed.token_times))
     during: list[float] = []
     if silence is not None:
         silent_from, silent_until = silence
         latest = silent_from + LATEST_IN_GAP * (silent_until - silent_from)
-        during = [c.t for c in capture.comments if silent_from < c.t <= latest]
+        during = [t for t in observed.comment_times if silent_from < t <= latest]
     evidence = {
-        "terminal": capture.terminal,
+        "terminal": observed.terminal,
         "upstream_silence_ms": ms(STALL_S),
         "client_silence_ms": None if silence is None else ms(silence[1] - silence[0]),
         "comments_during_silence": len(during),
         "first_comment_after_ms": ms(during[0] - silence[0]) if during and silence else None,
-        "comments_total": len(capture.comments),
+        "comments_total": len(observed.comment_times),
     }
-    if capture.status != 200 or capture.terminal != "done":
+    if observed.status != 200 or observed.terminal != "done":
         return result.failed(
             "the stream did not survive the upstream's silence",
             evidence,
@@ -94,3 +124,7 @@ async def check_keepalive(ctx: CheckContext) -> CheckResult:
         "while waiting for the next upstream event, send b': keep-alive\\n\\n' after at most "
         "3 s of silence (e.g. asyncio.timeout around the wait, as in the reference).",
     )
+
+
+async def check_keepalive(ctx: CheckContext) -> CheckResult:
+    return judge(await observe(ctx))
