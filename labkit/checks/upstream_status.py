@@ -7,16 +7,18 @@ Experiment, with the real ``openai`` SDK (``max_retries=0``, so each request is 
 - the upstream answers 503: the SDK must raise ``InternalServerError`` with status 503.
 
 A proxy that has already sent ``200`` and then reports the problem (or turns it into its own
-500) makes clients retry wrongly or not at all.
+500) makes clients retry wrongly or not at all. ``observe`` runs the two requests, ``judge``
+decides (tested in process: tests/grading/test_judges_upstream_status.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from labkit.checks.context import CheckContext, Outcome
 from labkit.checks.result import CheckResult
-from labkit.checks.sdk_stream import read_with_sdk
+from labkit.checks.sdk_stream import SdkStream, read_with_sdk
 
 ID = "upstream_status"
 STEP = "06_midstream_errors"
@@ -27,11 +29,25 @@ LIMIT_S = 5.0
 result = Outcome(ID, STEP)
 
 
-async def check_upstream_status(ctx: CheckContext) -> CheckResult:
+@dataclass(frozen=True)
+class Observed:
+    """How the SDK read the rate-limited request and the unavailable one."""
+
+    limited: SdkStream
+    unavailable: SdkStream
+
+
+async def observe(ctx: CheckContext) -> Observed:
     limited, unavailable = await asyncio.gather(
         read_with_sdk(ctx, {"status": 429, "retry_after": int(RETRY_AFTER)}, LIMITED_SEED, LIMIT_S),
         read_with_sdk(ctx, {"status": 503}, UNAVAILABLE_SEED, LIMIT_S),
     )
+    return Observed(limited, unavailable)
+
+
+def judge(observed: Observed) -> CheckResult:
+    """Pass: the SDK saw 429 with Retry-After RETRY_AFTER, and 503."""
+    limited, unavailable = observed.limited, observed.unavailable
     evidence = {
         "rate_limited_status": limited.status,
         "rate_limited_retry_after": limited.retry_after,
@@ -56,3 +72,7 @@ async def check_upstream_status(ctx: CheckContext) -> CheckResult:
         "read the upstream's status before you start the stream; if it is an error, return "
         "a response with that status, its JSON body and its Retry-After header.",
     )
+
+
+async def check_upstream_status(ctx: CheckContext) -> CheckResult:
+    return judge(await observe(ctx))
