@@ -16,17 +16,20 @@ before the first token at 600 ms, then more between tokens):
 
 Pass: the SDK stream finishes with the text and raises nothing, and the raw stream ends with
 ``data: [DONE]`` and has no unreadable data event. Nothing is timed: a correct proxy passes
-on any machine, and one broken this way fails on the first comment, every time.
+on any machine, and one broken this way fails on the first comment, every time. ``observe``
+reads the two streams, ``judge`` decides (tested in process:
+tests/grading/test_judges_passthrough.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body
 from labkit.checks.result import CheckResult
-from labkit.checks.sdk_stream import read_with_sdk
+from labkit.checks.sdk_stream import SdkStream, read_with_sdk
 
 ID = "passthrough"
 STEP = "07_heartbeats_and_timeouts"
@@ -38,28 +41,47 @@ LIMIT_S = 8.0
 result = Outcome(ID, STEP)
 
 
-async def check_passthrough(ctx: CheckContext) -> CheckResult:
+@dataclass(frozen=True)
+class Observed:
+    """How the SDK read one stream, and what a raw capture of the other showed: how it ended,
+    its data events that are neither JSON nor ``[DONE]``, and its comments."""
+
+    sdk: SdkStream
+    raw_terminal: str
+    raw_unreadable_data_events: int
+    raw_comments: int
+
+
+async def observe(ctx: CheckContext) -> Observed:
     limit = ctx.budget.stretch(LIMIT_S)  # half a CPU: twice as long
     sdk, raw = await asyncio.gather(
         read_with_sdk(ctx, SCENARIO, SDK_SEED, limit),
         acapture_stream(ctx.chat_url, json=chat_body(RAW_SEED, SCENARIO), timeout=limit),
     )
+    return Observed(sdk, raw.terminal, raw.malformed_events, len(raw.comments))
+
+
+def judge(observed: Observed) -> CheckResult:
+    """Pass: the SDK finished with text, and the raw stream ended with ``[DONE]`` with no
+    unreadable data event."""
+    sdk = observed.sdk
     evidence = {
         "sdk_ending": sdk.ending,
         "sdk_text_chars": sdk.text_chars,
         "sdk_error": sdk.error or None,
-        "raw_terminal": raw.terminal,
-        "raw_unreadable_data_events": raw.malformed_events,
-        "raw_comments": len(raw.comments),
+        "raw_terminal": observed.raw_terminal,
+        "raw_unreadable_data_events": observed.raw_unreadable_data_events,
+        "raw_comments": observed.raw_comments,
         "upstream_comment_every_ms": COMMENT_EVERY_MS,
     }
-    if sdk.ending == "finished" and sdk.text_chars and raw.malformed_events == 0:
-        if raw.terminal == "done":
+    unreadable = observed.raw_unreadable_data_events
+    if sdk.ending == "finished" and sdk.text_chars and unreadable == 0:
+        if observed.raw_terminal == "done":
             return result.passed(
                 "upstream SSE comments never reach the client as data; the SDK reads to the end",
                 evidence,
             )
-    if sdk.ending == "unparsable" or raw.malformed_events:
+    if sdk.ending == "unparsable" or unreadable:
         verdict = "upstream SSE comments reached the client as data lines the SDK cannot parse"
         advice = (
             "a line that starts with a colon is a comment: pass it on as it is (a comment) or "
@@ -75,3 +97,7 @@ async def check_passthrough(ctx: CheckContext) -> CheckResult:
             "end with data: [DONE]."
         )
     return result.failed(verdict, evidence, advice)
+
+
+async def check_passthrough(ctx: CheckContext) -> CheckResult:
+    return judge(await observe(ctx))
