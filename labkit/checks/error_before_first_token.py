@@ -16,18 +16,20 @@ before it answers, as LiteLLM does: nothing has been streamed yet, so a status i
 but never for a broken connection; and, when there is a usage log, the lines written for this
 request (its upstream id, or no id: the proxy never saw one) say ``error`` and none says
 ``completed``. A proxy that writes no usage log at all is judged on the stream alone (``usage``
-reports the missing log). No time is measured.
+reports the missing log). No time is measured. ``observe`` reads the stream and the log,
+``judge`` decides (tested in process: tests/grading/test_judges_error_before_first_token.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from labkit.checks.context import CheckContext, Outcome, finished
 from labkit.checks.result import CheckResult
-from labkit.checks.sdk_stream import read_with_sdk
+from labkit.checks.sdk_stream import SdkStream, read_with_sdk
 from labkit.checks.usage import LOG_WAIT_S, read_log
 
 ID = "error_before_first_token"
@@ -62,11 +64,39 @@ async def _log_outcomes(ctx: CheckContext, upstream_id: str | None, before: int)
         await asyncio.sleep(0.05)
 
 
-async def check_error_before_first_token(ctx: CheckContext) -> CheckResult:
+@dataclass(frozen=True)
+class Observed:
+    """How the SDK read the stream; the mock's record of it (its state; ``reached_upstream``
+    False: it never arrived); and, when the proxy has a usage log, the outcomes of the lines
+    written for this request (``log_outcomes`` None: no usage log to read) and whether the log
+    had any line at all (``log_empty``)."""
+
+    sdk: SdkStream
+    reached_upstream: bool
+    upstream_state: str | None = None
+    log_outcomes: tuple[str, ...] | None = None
+    log_empty: bool = False
+
+
+async def observe(ctx: CheckContext) -> Observed:
     before = len(read_log(ctx.usage_log)[0]) if ctx.usage_log is not None else 0
     sdk = await read_with_sdk(ctx, SCENARIO, SEED, ctx.budget.stretch(LIMIT_S))
     record = await ctx.record(SEED, until=finished)
     if record is None:
+        return Observed(sdk, reached_upstream=False)
+    if ctx.usage_log is None:
+        return Observed(sdk, True, record.get("state"))
+    outcomes = await _log_outcomes(ctx, record.get("id"), before)
+    empty = not outcomes and not read_log(ctx.usage_log)[0]
+    return Observed(sdk, True, record.get("state"), tuple(outcomes), empty)
+
+
+def judge(observed: Observed) -> CheckResult:
+    """Pass: the SDK raised for an error event or an error status, with no text before it, and
+    the log lines for the request say ``error`` and never ``completed`` (judged on the stream
+    alone when no usage log was written at all)."""
+    sdk = observed.sdk
+    if not observed.reached_upstream:
         return result.failed(
             "the request never reached the upstream",
             {"sdk_ending": sdk.ending},
@@ -76,13 +106,13 @@ async def check_error_before_first_token(ctx: CheckContext) -> CheckResult:
     evidence: dict[str, Any] = {
         "sdk_ending": sdk.ending,
         "sdk_chunks": sdk.chunks,
-        "upstream_state": record.get("state"),
+        "upstream_state": observed.upstream_state,
     }
-    outcomes: list[str] | None = None
-    if ctx.usage_log is not None:
-        outcomes = await _log_outcomes(ctx, record.get("id"), before)
+    outcomes: tuple[str, ...] | None = None
+    if observed.log_outcomes is not None:
+        outcomes = observed.log_outcomes
         evidence["log_outcomes"] = ",".join(outcomes) or None
-        if not outcomes and not read_log(ctx.usage_log)[0]:
+        if observed.log_empty:
             outcomes = None  # no usage log written at all: that is for ``usage`` to say
     logged_ok = outcomes is None or ("error" in outcomes and "completed" not in outcomes)
     if sdk.ending in ARRIVES_AS and not sdk.text_chars and logged_ok:
@@ -106,3 +136,7 @@ async def check_error_before_first_token(ctx: CheckContext) -> CheckResult:
     else:
         verdict = "the usage log records an upstream error before the first token as a success"
     return result.failed(verdict, evidence, ADVICE)
+
+
+async def check_error_before_first_token(ctx: CheckContext) -> CheckResult:
+    return judge(await observe(ctx))
