@@ -14,12 +14,15 @@ Experiment: one request offering two tools, answered with two calls whose deltas
 helper; the same request (same seed) asked of the upstream directly, unstreamed, says what the
 calls should be. Pass: the assembled message has both calls, in order, with distinct ids,
 and each call's arguments parse as JSON and equal the upstream's. No time is measured.
+``observe`` asks both, ``judge`` decides (tested in process:
+tests/grading/test_judges_tool_calls.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -108,8 +111,25 @@ async def _streamed(ctx: CheckContext) -> tuple[str, list[Call]]:
     return "finished", _calls(completion.choices[0].message.model_dump())
 
 
-async def check_tool_calls(ctx: CheckContext) -> CheckResult:
+@dataclass(frozen=True)
+class Observed:
+    """The calls the upstream makes for the request (asked of it directly), how the SDK's stream
+    helper ended through the proxy, and the calls it assembled."""
+
+    expected: tuple[Call, ...]
+    ending: str
+    calls: tuple[Call, ...]
+
+
+async def observe(ctx: CheckContext) -> Observed:
     expected, (ending, calls) = await asyncio.gather(_expected(ctx), _streamed(ctx))
+    return Observed(tuple(expected), ending, tuple(calls))
+
+
+def judge(observed: Observed) -> CheckResult:
+    """Pass: the SDK finished, and assembled the upstream's calls in order (names and parsed
+    arguments equal) with distinct ids."""
+    expected, ending, calls = observed.expected, observed.ending, observed.calls
     names = [name for _, name, _ in calls]
     evidence: dict[str, Any] = {
         "sdk_ending": ending,
@@ -145,3 +165,7 @@ async def check_tool_calls(ctx: CheckContext) -> CheckResult:
         "the client files every fragment under its index, and parallel calls' fragments "
         "interleave.",
     )
+
+
+async def check_tool_calls(ctx: CheckContext) -> CheckResult:
+    return judge(await observe(ctx))
