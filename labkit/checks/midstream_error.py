@@ -16,13 +16,16 @@ Experiment, four streams at once, each failing after six tokens:
 Pass: all three SDK streams yield some text and then raise ``openai.APIError`` itself, not a
 connection error (``APIConnectionError``: the proxy let the failure kill the connection) or a
 status error; none gets stuck; and the raw stream ends right after a whole error event. The
-bound is generous (5 s for a failure the proxy sees within milliseconds).
+bound is generous (5 s for a failure the proxy sees within milliseconds). ``observe`` reads the
+four streams, ``judge`` decides (tested in process: tests/grading/test_judges_midstream_error.py
+and test_midstream_error_verdicts.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import dataclass
 
 from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body
@@ -93,15 +96,37 @@ def _verdict(frame: SdkStream, drop: SdkStream, end: SdkStream) -> tuple[str, st
     return "the stream stayed open after the error event", ADVICE
 
 
-async def check_midstream_error(ctx: CheckContext) -> CheckResult:
+@dataclass(frozen=True)
+class Observed:
+    """How the SDK read the three failing streams (error event, dropped connection, body ended
+    without ``[DONE]``), and what a raw capture of another dropped one showed: how it ended, the
+    transport error if the connection broke, its body, and when it ended (seconds)."""
+
+    frame: SdkStream
+    drop: SdkStream
+    end: SdkStream
+    raw_terminal: str
+    raw_transport_error: str | None
+    raw_body: bytes
+    raw_total_time: float
+
+
+async def observe(ctx: CheckContext) -> Observed:
     frame, drop, end, raw = await asyncio.gather(
         read_with_sdk(ctx, FRAME, FRAME_SEED, LIMIT_S),
         read_with_sdk(ctx, DROP, DROP_SEED, LIMIT_S),
         read_with_sdk(ctx, END, END_SEED, LIMIT_S),
         acapture_stream(ctx.chat_url, json=chat_body(RAW_SEED, DROP), timeout=LIMIT_S),
     )
-    raw_ended = raw.terminal == "error" and raw.transport_error is None
-    cut_short = unfinished_frame(raw.body)
+    return Observed(frame, drop, end, raw.terminal, raw.transport_error, raw.body, raw.total_time)
+
+
+def judge(observed: Observed) -> CheckResult:
+    """Pass: all three SDK streams carried text and then raised for an error event, and the raw
+    stream ended right after a whole error event. A last frame cut short is named first."""
+    frame, drop, end = observed.frame, observed.drop, observed.end
+    raw_ended = observed.raw_terminal == "error" and observed.raw_transport_error is None
+    cut_short = unfinished_frame(observed.raw_body)
     evidence = {
         "error_event_sdk_ending": frame.ending,
         "error_event_text_chars": frame.text_chars,
@@ -109,12 +134,12 @@ async def check_midstream_error(ctx: CheckContext) -> CheckResult:
         "dropped_text_chars": drop.text_chars,
         "ended_sdk_ending": end.ending,
         "ended_text_chars": end.text_chars,
-        "dropped_raw_terminal": raw.terminal,
+        "dropped_raw_terminal": observed.raw_terminal,
         "dropped_raw_last_frame_whole": not cut_short,
-        "dropped_raw_ended_ms": round(raw.total_time * 1000),
+        "dropped_raw_ended_ms": round(observed.raw_total_time * 1000),
     }
     streams = (frame, drop, end)
-    if cut_short and raw.transport_error is None:
+    if cut_short and observed.raw_transport_error is None:
         return result.failed(
             "the stream's last frame never ended: without a blank line after it, the error "
             "event is dropped by every client",
@@ -129,3 +154,7 @@ async def check_midstream_error(ctx: CheckContext) -> CheckResult:
         )
     verdict, advice = _verdict(frame, drop, end)
     return result.failed(verdict, evidence, advice)
+
+
+async def check_midstream_error(ctx: CheckContext) -> CheckResult:
+    return judge(await observe(ctx))
