@@ -103,6 +103,12 @@ def _add_grade(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
         f"submission is above this, 0 to 1 (default: {DEFAULT_THRESHOLD}); shown, not scored",
     )
     grade.add_argument("--rubric", help="TOML file with weights and time limits")
+    grade.add_argument(
+        "--notebooks",
+        metavar="DIR",
+        help="with a proxy file: also grade the in-notebook parts of the learner's notebooks in "
+        "DIR (a roster grades them for every entry once one holds notebooks/)",
+    )
     grade.add_argument("--json", action="store_true", help="print the report as JSON")
     grade.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
     grade.add_argument("--only", nargs="+", metavar="ID", choices=ALL_IDS, help="check ids")
@@ -185,7 +191,10 @@ def _run_grade(args: argparse.Namespace) -> int:
 def _grade_file(args: argparse.Namespace, path: Path, rubric: Rubric) -> SubmissionReport:
     """Grade one file in a worker; with --engine, against our engine (started for this
     grading and stopped after it) or the one at --engine's URL."""
-    submission = Submission(path.name, path)
+    notebooks = None if args.notebooks is None else Path(args.notebooks)
+    if notebooks is not None and not notebooks.is_dir():
+        raise UsageError(f"--notebooks {notebooks} is not a folder: give the learner's notebooks/.")
+    submission = Submission(path.name, path, notebooks, parts=notebooks is not None)
     if args.engine is None:
         return grade_in_worker(submission, rubric, rubric_path=args.rubric, only=args.only)
     from labkit.grading.engine_upstream import engine_at, start_grading_engine

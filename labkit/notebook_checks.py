@@ -29,24 +29,33 @@ instead of raising ``NameError`` after ``NameError``.
 This module prints (through ``say``, ``print`` by default): a check cell's output is its whole
 purpose, and nbval compares that output. Every printed line is deterministic text; numbers
 belong in what the judge saw, which is printed only on a failure.
+
+When the environment names a file in ``LABKIT_NOTEBOOK_VERDICTS``, each verdict is also
+appended to it as one JSON line (``name``, ``passed``, ``verdict``, ``saw``, ``missing``: the
+parts not written yet, each ``{"part", "notebook"}``), the same verdict the cell prints: the
+grader reads the notebooks' checks this way (``labkit.grading.notebook_parts``).
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-__all__ = ["Missing", "NotebookChecks", "Verdict", "missing_parts"]
+__all__ = ["VERDICTS_ENV", "Missing", "NotebookChecks", "Verdict", "missing_parts"]
 
 T = TypeVar("T")
 
 #: What a learner stub raises (see :mod:`labkit.regions`): the part and the notebook that writes it.
 _STUB_MESSAGE: Final = re.compile(r"Write this part yourself: ([\w.]+), in notebook (\w+)")
 _NOT_GIVEN: Final = object()
+#: A file to append each verdict to as a JSON line, for the grader (see the module docstring).
+VERDICTS_ENV: Final = "LABKIT_NOTEBOOK_VERDICTS"
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,15 @@ class Verdict:
     def __str__(self) -> str:
         return "\n".join(self.lines)
 
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "passed": self.passed,
+            "verdict": self.verdict,
+            "saw": self.saw,
+            "missing": [{"part": m.part, "notebook": m.notebook} for m in self.missing],
+        }
+
 
 def _described(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
@@ -228,6 +246,9 @@ class NotebookChecks:
     def _show(self, result: Verdict) -> None:
         for line in result.lines:
             self.say(line)
+        if record := os.environ.get(VERDICTS_ENV):
+            with open(record, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"event": "verdict", **result.to_json()}) + "\n")
 
 
 def _logs(server: Any) -> list[str]:

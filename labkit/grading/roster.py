@@ -8,12 +8,16 @@ cores this process may use).
 
 Submissions are ``.py`` files, folders holding a ``proxy.py``, or ``.zip`` files holding one
 (the folder or zip names the learner); a folder given on the command line is searched one
-level deep for them.
+level deep for them. A folder or zip may hold ``notebooks/`` beside ``proxy.py`` (what
+``make submit`` zips): when any entry does, every learner's in-notebook parts are graded too
+(``labkit.grading.notebook_grader``), and an entry without notebooks scores 0 on each part with
+a verdict saying what to upload.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,7 +26,7 @@ import time
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from labkit.checks.catalogue import select
@@ -47,8 +51,13 @@ WORKER_GRACE_S = 20.0  # on top of the rubric's submission limit: process start-
 
 @dataclass(frozen=True)
 class Submission:
+    """One learner's work: ``path`` their ``proxy.py``; with ``parts``, their in-notebook parts
+    are graded too, from the folder ``notebooks`` (``None``: they handed in none)."""
+
     learner: str
     path: Path
+    notebooks: Path | None = None
+    parts: bool = False
 
 
 def default_jobs() -> int:
@@ -58,6 +67,8 @@ def default_jobs() -> int:
 
 
 MAX_PROXY_BYTES = 1024 * 1024
+MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024  # a notebook bigger than this in a zip is not read
+_NOTEBOOK = re.compile(r"^(?:[^/]+/)?notebooks/(\d\d_\w+\.ipynb)$")
 _UNZIPPED: list[tempfile.TemporaryDirectory[str]] = []  # removed when the process ends
 
 
@@ -88,7 +99,25 @@ def proxy_from_zip(archive: Path) -> Path:
     target = Path(folder.name) / archive.stem / "proxy.py"
     target.parent.mkdir()
     target.write_bytes(source)
+    _notebooks_from_zip(archive, target.parent / "notebooks")
     return target
+
+
+def _notebooks_from_zip(archive: Path, target: Path) -> None:
+    """The zip's ``notebooks/NN_*.ipynb`` (at its top, or in one folder) copied into ``target``;
+    nothing else of the zip is read."""
+    with zipfile.ZipFile(archive) as opened:
+        for info in opened.infolist():
+            match = _NOTEBOOK.match(info.filename)
+            if match and info.file_size <= MAX_NOTEBOOK_BYTES:
+                target.mkdir(exist_ok=True)
+                (target / match.group(1)).write_bytes(opened.read(info))
+
+
+def _notebooks_of(proxy: Path) -> Path | None:
+    """The ``notebooks/`` folder handed in beside ``proxy``, if there is one."""
+    folder = proxy.parent / "notebooks"
+    return folder if folder.is_dir() else None
 
 
 def find_submissions(paths: Iterable[str | os.PathLike[str]]) -> list[Submission]:
@@ -103,9 +132,11 @@ def find_submissions(paths: Iterable[str | os.PathLike[str]]) -> list[Submission
                 if entry.is_file() and entry.suffix == ".py":
                     found.append(Submission(entry.stem, entry))
                 elif entry.is_dir() and (entry / "proxy.py").is_file():
-                    found.append(Submission(entry.name, entry / "proxy.py"))
+                    proxy = entry / "proxy.py"
+                    found.append(Submission(entry.name, proxy, _notebooks_of(proxy)))
                 elif entry.is_file() and entry.suffix == ".zip":
-                    found.append(Submission(entry.stem, proxy_from_zip(entry)))
+                    proxy = proxy_from_zip(entry)
+                    found.append(Submission(entry.stem, proxy, _notebooks_of(proxy)))
         else:
             raise GradingError(
                 f"Expected a proxy file or a folder of them, got {given}: it "
@@ -119,11 +150,12 @@ def find_submissions(paths: Iterable[str | os.PathLike[str]]) -> list[Submission
         )
     seen: dict[str, int] = {}
     unique = []
+    parts = any(submission.notebooks is not None for submission in found)
     for submission in found:
         count = seen.get(submission.learner, 0)
         seen[submission.learner] = count + 1
         learner = submission.learner if count == 0 else f"{submission.learner}-{count + 1}"
-        unique.append(Submission(learner, submission.path))
+        unique.append(replace(submission, learner=learner, parts=parts))
     return unique
 
 
@@ -147,6 +179,14 @@ def grade_in_worker(
     if engine_url is not None:
         command += ["--engine", engine_url]
     limit = rubric.time_limit_s(ids, engine=engine_url is not None) + WORKER_GRACE_S
+    if submission.parts:
+        # imported here: IPython and nbformat only when notebooks are graded
+        from labkit.grading.notebook_grader import course_dir, notebook_time_limit_s
+
+        command += ["--course", str(course_dir())]
+        if submission.notebooks is not None:
+            command += ["--notebooks", str(submission.notebooks.resolve())]
+        limit += notebook_time_limit_s()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="labkit-worker-") as home:
         process = subprocess.Popen(

@@ -10,6 +10,21 @@ Every key is optional; an empty file (or no file) gives the defaults::
     trickle = 2
     cancel = 2
 
+The in-notebook parts (``labkit.grading.notebook_parts``: ids like ``nb08.adapter``), when a
+grading includes them, share ``notebook_share`` of ``max_score`` and the ``proxy.py`` checks the
+rest; within each share, the weights split it as above::
+
+    notebook_share = 0.25      # the default: proxy.py 75 points, the notebook parts 25
+    [notebook_weights]         # a part not listed weighs 1; 0 leaves it out
+    nb08.adapter = 2           # TOML reads this as a table nb08 holding adapter = 2: both work
+
+The default is a quarter because ``proxy.py`` is the lab's deliverable, the one thing a learner
+hands in that runs (DESIGN: the submission contract), while the notebook parts are the exercises
+on the way to it; three of the five graded notebooks (11, 12, 13) run ``proxy.py`` again in
+their checks. A quarter makes every part count without letting the exercises outweigh the
+proxy. A grading without notebook parts (``labkit grade proxy.py``) gives the checks all of
+``max_score``, as before, and one of the parts alone gives them all of it.
+
 A check that is skipped (``usage`` when grading a URL) is left out of that submission's total,
 so its score is still out of ``max_score``. So is an *inconclusive* one (the grader's machine
 was too slow to decide it, see ``labkit.checks.result``) unless ``inconclusive = "award"``
@@ -24,6 +39,7 @@ not mistaken for a proxy that hangs.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,13 +51,36 @@ from labkit.checks.catalogue import ALL_IDS, BY_ID
 from labkit.checks.machine import budget_scale
 from labkit.errors import RubricError
 
-__all__ = ["CENT", "DEFAULT_MAX_SCORE", "DEFAULT_SUBMISSION_TIMEOUT_S", "Rubric", "RubricError"]
+__all__ = [
+    "CENT",
+    "DEFAULT_MAX_SCORE",
+    "DEFAULT_NOTEBOOK_SHARE",
+    "DEFAULT_SUBMISSION_TIMEOUT_S",
+    "Rubric",
+    "RubricError",
+    "is_part_id",
+]
+
+
+def is_part_id(check_id: str) -> bool:
+    """Whether ``check_id`` names an in-notebook part (``nb08.adapter``), not a proxy check."""
+    return bool(_PART_ID.match(check_id))
+
 
 DEFAULT_MAX_SCORE = 100.0
 DEFAULT_SUBMISSION_TIMEOUT_S = 90.0
+DEFAULT_NOTEBOOK_SHARE = 0.25
 CENT = 0.01  # the smallest part of a point a platform shows (Rubric.allot)
 START_MARGIN_S = 30.0  # starting the proxy and the mocks, beside the longest check
-_TOP_KEYS = ("max_score", "submission_timeout_s", "inconclusive", "weights")
+_TOP_KEYS = (
+    "max_score",
+    "submission_timeout_s",
+    "inconclusive",
+    "weights",
+    "notebook_share",
+    "notebook_weights",
+)
+_PART_ID = re.compile(r"^nb\d\d\.\w+$")
 INCONCLUSIVE_POLICIES = ("leave_out", "award")
 
 
@@ -51,6 +90,8 @@ class Rubric:
     submission_timeout_s: float = DEFAULT_SUBMISSION_TIMEOUT_S
     weights: Mapping[str, float] = field(default_factory=dict)
     inconclusive: str = "leave_out"
+    notebook_share: float = DEFAULT_NOTEBOOK_SHARE
+    notebook_weights: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def awards_inconclusive(self) -> bool:
@@ -69,14 +110,28 @@ class Rubric:
         return max(self.submission_timeout_s, needed + START_MARGIN_S) * budget_scale()
 
     def weight(self, check_id: str) -> float:
+        if is_part_id(check_id):
+            return float(self.notebook_weights.get(check_id, 1.0))
         return float(self.weights.get(check_id, 1.0))
 
     def points(self, counted: list[str]) -> dict[str, float]:
-        """Points available for each counted check, summing to ``max_score``."""
-        total = sum(self.weight(i) for i in counted)
+        """Points available for each counted check, summing to ``max_score``: the notebook
+        parts among them share ``notebook_share`` of it when there are proxy checks too."""
+        parts = [i for i in counted if is_part_id(i)]
+        checks = [i for i in counted if not is_part_id(i)]
+        if not parts or not checks:
+            return self._split(counted, self.max_score)
+        shared = self._split(parts, self.max_score * self.notebook_share)
+        return {
+            **self._split(checks, self.max_score - self.max_score * self.notebook_share),
+            **shared,
+        }
+
+    def _split(self, ids: Sequence[str], total_points: float) -> dict[str, float]:
+        total = sum(self.weight(i) for i in ids)
         if total <= 0:
-            return dict.fromkeys(counted, 0.0)
-        return {i: self.max_score * self.weight(i) / total for i in counted}
+            return dict.fromkeys(ids, 0.0)
+        return {i: total_points * self.weight(i) / total for i in ids}
 
     def allot(self, counted: Sequence[str], *, unit: float = CENT) -> dict[str, float]:
         """``points`` in whole ``unit``s that add up to exactly ``max_score``, for a platform
@@ -101,6 +156,8 @@ class Rubric:
             "submission_timeout_s": self.submission_timeout_s,
             "inconclusive": self.inconclusive,
             "weights": {i: self.weight(i) for i in CHECK_IDS},
+            "notebook_share": self.notebook_share,
+            "notebook_weights": dict(self.notebook_weights),
         }
 
     def to_toml(self) -> str:
@@ -113,6 +170,11 @@ class Rubric:
             "[weights]",
             *(f"{i} = {self.weight(i):g}" for i in CHECK_IDS),
         ]
+        if self.notebook_share != DEFAULT_NOTEBOOK_SHARE:
+            lines.insert(3, f"notebook_share = {self.notebook_share:g}")
+        if self.notebook_weights:
+            lines += ["", "[notebook_weights]"]
+            lines += [f"{i} = {w:g}" for i, w in self.notebook_weights.items()]
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -145,6 +207,10 @@ class Rubric:
                     path, f"unknown check {key!r} in [weights]; expected {', '.join(ALL_IDS)}"
                 )
             _number(path, f"weights.{key}", value)
+        notebook_weights = _part_weights(path, data.get("notebook_weights", {}))
+        share = _number(path, "notebook_share", data.get("notebook_share", DEFAULT_NOTEBOOK_SHARE))
+        if share > 1:
+            raise RubricError(path, f"notebook_share = {share:g} is not valid; expected 0 to 1")
         inconclusive = data.get("inconclusive", "leave_out")
         if inconclusive not in INCONCLUSIVE_POLICIES:
             raise RubricError(
@@ -162,7 +228,29 @@ class Rubric:
             ),
             weights={k: float(v) for k, v in weights.items()},
             inconclusive=str(inconclusive),
+            notebook_share=share,
+            notebook_weights=notebook_weights,
         )
+
+
+def _part_weights(path: str, table: object, prefix: str = "") -> dict[str, float]:
+    """``[notebook_weights]`` flattened: TOML reads ``nb08.adapter = 2`` as a nested table."""
+    if not isinstance(table, Mapping):
+        raise RubricError(path, "[notebook_weights] must be a table of part id = number")
+    found: dict[str, float] = {}
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            found |= _part_weights(path, value, f"{name}.")
+            continue
+        if not is_part_id(name):
+            raise RubricError(
+                path,
+                f"unknown part {name!r} in [notebook_weights]; expected ids like nb08.adapter "
+                "(the notebook's number and its check's name)",
+            )
+        found[name] = _number(path, f"notebook_weights.{name}", value)
+    return found
 
 
 def _number(path: str, key: str, value: object, *, positive: bool = False) -> float:

@@ -1,7 +1,12 @@
 """Grade one file in this process and print the outcome as JSON: ``labkit grade``'s worker.
 
 ``python -m labkit.grading.worker FILE [--name NAME] [--rubric TOML] [--only ID ...]
-[--engine URL]``
+[--engine URL] [--course DIR [--notebooks DIR]]``
+
+With ``--course`` (the instructor's notebooks) the learner's in-notebook parts are graded too,
+after ``proxy.py``, from their notebooks in ``--notebooks`` (none given: they handed in
+``proxy.py`` alone, and each part scores 0 saying what to upload); see
+``labkit.grading.notebook_grader``.
 
 The CLI starts it with a stripped environment (``sandbox.clean_env``), so the learner's proxy,
 which inherits this environment, never sees the instructor's secrets; and with a hard time
@@ -23,6 +28,7 @@ import asyncio
 import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from labkit.errors import LabkitError
@@ -67,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rubric")
     parser.add_argument("--only", nargs="+")
     parser.add_argument("--engine", metavar="URL", help="grade against this real engine")
+    parser.add_argument("--course", help="the instructor's notebooks: grade in-notebook parts")
+    parser.add_argument("--notebooks", help="with --course: the learner's notebooks folder")
     args = parser.parse_args(argv)
     try:
         network = (
@@ -85,6 +93,15 @@ def main(argv: list[str] | None = None) -> int:
                 network=network,
             )
         )
+        if args.course:
+            from labkit.grading.notebook_grader import with_notebook_parts  # IPython: only here
+
+            report = with_notebook_parts(
+                report,
+                Path(args.course),
+                Path(args.notebooks) if args.notebooks else None,
+                Path(args.file),
+            )
     except (LabkitError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.stdout.write(WorkerOutcome("setup_error", error=str(exc)).to_json() + "\n")

@@ -1,0 +1,342 @@
+"""Grade a learner's in-notebook parts: their notebooks' own checks, run in the grader's sandbox.
+
+``grade_notebook_parts(notebooks, course, proxy=...)`` returns one :class:`CheckResult` per part
+of ``course`` (``labkit.grading.notebook_parts``: which cells run, and which checks are parts),
+with ids like ``nb08.adapter``, to stand beside ``proxy.py``'s checks in the same report.
+
+How they run: one Python process (``labkit.grading.notebook_runner``) for the learner's
+notebooks, one after another, started the way the grader starts a learner's proxy
+(``labkit.grading.isolation``: bubblewrap and a cgroup when the machine allows, a stripped
+environment, inside the grading worker's own network namespace). Its folder is a private copy
+holding only the learner's ``proxy.py`` (notebooks 11 to 13 serve it) and an empty
+``notebooks/`` to run in; the cells themselves come in a plan file, so nothing else of the
+learner's, the instructor's or a classmate's is in reach. Each notebook has
+``NOTEBOOK_BUDGET_S`` (stretched on a slow machine like every other budget): a notebook that
+overruns is stopped, its parts fail saying so, and the process starts again for the notebooks
+after it. When the process ends, whatever it left running dies with its PID namespace and
+cgroup, as a proxy's does.
+
+What each part scores: the verdict its check printed (pass, fail with what the judge saw, or
+"not written yet" naming the part and its notebook); 0 with a reason when the notebook was not
+handed in, is not a notebook, or its check gave no verdict (the cell error that stopped it is
+shown). A learner's function runs in the same interpreter as the instructor's judge that calls
+it: the sandbox contains what it does to the machine and to classmates, not what it does to the
+judge's verdict; similarity reports and reading the code remain the instructor's check on that.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import labkit
+from labkit.checks import CheckResult
+from labkit.checks.machine import budget_scale
+from labkit.errors import GradingError
+from labkit.grading.isolation import MIB, Cgroup, Isolation, Limits, choose
+from labkit.grading.notebook_parts import (
+    CHECK_TAG,
+    CourseNotebook,
+    NotebookRun,
+    Part,
+    course_notebooks,
+    learner_run,
+    read_learner,
+)
+from labkit.grading.report import SubmissionReport
+from labkit.grading.sandbox import clean_env
+
+__all__ = [
+    "NOTEBOOK_BUDGET_S",
+    "NOTEBOOK_LIMITS",
+    "UPLOAD_HINT",
+    "course_dir",
+    "grade_notebook_parts",
+    "not_graded",
+    "notebook_time_limit_s",
+    "with_notebook_parts",
+]
+
+NOTEBOOK_BUDGET_S = 60.0  # one notebook's graded cells, at one CPU or more
+START_BUDGET_S = 30.0  # the runner's imports, before its first notebook starts
+POLL_S = 0.1
+# The notebooks serve the learner's proxy (two to four processes), nginx and a mock in one tree.
+NOTEBOOK_LIMITS = Limits(memory_bytes=1536 * MIB, processes=512)
+UPLOAD_HINT = "hand in notebooks/ beside proxy.py: `make submit` writes a zip of both."
+MAX_SAW = 400
+
+
+def course_dir() -> Path:
+    """The instructor's notebooks: this repository's ``notebooks/``, beside the installed
+    ``labkit``. Raises ``GradingError`` when labkit is installed without them."""
+    folder = Path(labkit.__file__).resolve().parents[1] / "notebooks"
+    if not any(folder.glob("[0-9][0-9]_*.ipynb")):
+        raise GradingError(
+            f"Expected the instructor's notebooks in {folder} to grade the in-notebook parts, "
+            "found none. Grade from a checkout of the lab's repository (its notebooks/ holds "
+            "the check cells), or hand in proxy.py files alone."
+        )
+    return folder
+
+
+def notebook_time_limit_s(folder: Path | None = None) -> float:
+    """The longest the notebook parts of one learner may take, on this machine."""
+    folder = folder or course_dir()
+    graded = [p for p in folder.glob("[0-9][0-9]_*.ipynb") if CHECK_TAG in p.read_text("utf-8")]
+    return (START_BUDGET_S + NOTEBOOK_BUDGET_S * len(graded)) * budget_scale()
+
+
+def _hint(part: Part, what: str) -> str:
+    return f"in notebook {part.notebook}, {what}; then hand in notebooks/ again."
+
+
+def not_graded(course: Sequence[CourseNotebook], verdict: str, hint: str) -> list[CheckResult]:
+    """Every part of ``course`` failed with ``verdict`` (nothing was run)."""
+    return [CheckResult(p.id, False, verdict, {}, hint) for nb in course for p in nb.parts]
+
+
+def _from_verdict(part: Part, event: dict[str, Any]) -> CheckResult:
+    missing = [(str(m["part"]), str(m["notebook"])) for m in event.get("missing", [])]
+    if missing:
+        by_notebook: dict[str, list[str]] = {}
+        for name, notebook in missing:
+            by_notebook.setdefault(notebook, [])
+            if name not in by_notebook[notebook]:
+                by_notebook[notebook].append(name)
+        said = "; ".join(f"{', '.join(n)} (notebook {nb})" for nb, n in by_notebook.items())
+        first = missing[0][0]
+        return CheckResult(
+            part.id,
+            False,
+            f"not written yet: {said}",
+            {"unwritten": len(missing)},
+            _hint(part, f"write {first} in its build-it cell and run the check cell"),
+        )
+    verdict = str(event.get("verdict", ""))
+    if event.get("passed"):
+        return CheckResult(part.id, True, verdict)
+    saw = str(event.get("saw", ""))
+    return CheckResult(
+        part.id,
+        False,
+        verdict,
+        {"saw": saw[:MAX_SAW] + ("..." if len(saw) > MAX_SAW else "")},
+        _hint(part, f"run the check cell, read what it saw, and fix {', '.join(part.judges)}"),
+    )
+
+
+def _no_verdict(part: Part, errors: list[str], why: str) -> CheckResult:
+    verdict = f"the check did not run: {why}"
+    evidence: dict[str, str] = {"error": errors[-1][:MAX_SAW]} if errors else {}
+    return CheckResult(part.id, False, verdict, evidence, _hint(part, "run every cell"))
+
+
+class _Progress:
+    """What the runner reported so far, read from its events file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.verdicts: dict[str, dict[str, dict[str, Any]]] = {}
+        self.errors: dict[str, list[str]] = {}
+        self.started: dict[str, float] = {}  # by this machine's clock, when first seen
+        self.done: set[str] = set()
+        self.current: str | None = None
+        self._read = 0
+
+    def update(self) -> None:
+        try:
+            with self.path.open("rb") as events:
+                events.seek(self._read)
+                chunk = events.read()
+        except FileNotFoundError:
+            return
+        whole = chunk[: chunk.rfind(b"\n") + 1]
+        self._read += len(whole)
+        for line in whole.decode("utf-8", errors="replace").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a line that is not the runner's: not read
+            if not isinstance(event, dict):
+                continue
+            kind = event.get("event")
+            if kind == "start" and isinstance(event.get("notebook"), str):
+                self.current = event["notebook"]
+                self.started.setdefault(event["notebook"], time.monotonic())
+            elif kind == "done" and event.get("notebook") == self.current:
+                self.done.add(event["notebook"])
+                self.current = None
+            elif kind == "cell_error" and self.current is not None:
+                self.errors.setdefault(self.current, []).append(str(event.get("error", "")))
+            elif kind == "verdict" and self.current is not None:
+                by_name = self.verdicts.setdefault(self.current, {})
+                by_name.setdefault(str(event.get("name", "")), event)
+
+
+def _run_once(
+    runs: Sequence[NotebookRun], work: Path, isolation: Isolation, budget_s: float
+) -> tuple[_Progress, str | None, str]:
+    """One runner for ``runs``: its progress, the notebook it was stopped in (if any), and why."""
+    plan = work / "runs.json"
+    plan.write_text(json.dumps([run.to_json() for run in runs]), encoding="utf-8")
+    events = work / "events.jsonl"
+    events.unlink(missing_ok=True)
+    cwd = work / "learner" / "notebooks"
+    isolation.prepare([path for path in work.rglob("*")] + [work])
+    command = [sys.executable, "-m", "labkit.grading.notebook_runner", str(plan), str(events)]
+    cgroup = Cgroup.create(NOTEBOOK_LIMITS) if os.geteuid() == 0 else None
+    wrapped = isolation.wrap(command, cgroup=cgroup, writable=[work])
+    if cgroup is not None:
+        wrapped = [*cgroup.join_prefix(), *wrapped]
+    env = clean_env(cwd, {"MPLBACKEND": "Agg", "IPYTHONDIR": str(work / ".ipython")})
+    progress = _Progress(events)
+    stopped: str | None = None
+    why = ""
+    process = subprocess.Popen(
+        wrapped,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    born = time.monotonic()
+    try:
+        while process.poll() is None:
+            time.sleep(POLL_S)
+            progress.update()
+            now = time.monotonic()
+            current = progress.current
+            if current is None and not progress.started and now - born > START_BUDGET_S:
+                stopped, why = runs[0].notebook, "the notebook runner did not start in time"
+            elif current is not None and now - progress.started[current] > budget_s:
+                stopped = current
+                why = f"its graded cells took longer than {budget_s:g} s and were stopped"
+            if stopped is not None:
+                os.killpg(process.pid, signal.SIGKILL)
+                break
+        process.wait()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        if cgroup is not None:
+            exceeded = cgroup.memory_exceeded()
+            cgroup.remove()
+            if exceeded and stopped is None:
+                limit = NOTEBOOK_LIMITS.memory_bytes // MIB
+                why = f"the notebooks held more than {limit} MiB of memory and were stopped"
+        isolation.reap()
+    progress.update()
+    if stopped is None and progress.current is not None:
+        stopped = progress.current
+        why = why or f"the notebook's run ended early (exit status {process.returncode})"
+    return progress, stopped, why
+
+
+def grade_notebook_parts(
+    notebooks: Path | None,
+    course: Sequence[CourseNotebook],
+    *,
+    proxy: Path | None = None,
+    isolation: Isolation | None = None,
+    budget_s: float | None = None,
+) -> list[CheckResult]:
+    """One result per part of ``course``, for the learner notebooks in the folder
+    ``notebooks`` (``None``: they handed in ``proxy.py`` alone), with their ``proxy.py``."""
+    if notebooks is None:
+        return not_graded(course, f"not handed in: only proxy.py was; {UPLOAD_HINT}", UPLOAD_HINT)
+    results: dict[str, CheckResult] = {}
+    runs: list[NotebookRun] = []
+    for nb in course:
+        path = notebooks / f"{nb.stem}.ipynb"
+        try:
+            if not path.is_file():
+                raise FileNotFoundError(path)
+            runs.append(learner_run(nb, read_learner(path.read_bytes(), path.name)))
+        except FileNotFoundError:
+            for part in nb.parts:
+                results[part.id] = CheckResult(
+                    part.id, False, f"notebook {nb.stem} was not handed in", {}, UPLOAD_HINT
+                )
+        except ValueError as exc:  # not a notebook
+            for part in nb.parts:
+                results[part.id] = CheckResult(
+                    part.id,
+                    False,
+                    f"notebook {nb.stem} could not be read",
+                    {"error": str(exc)},
+                    f"open {path.name} in JupyterLab, save it, then hand in notebooks/ again.",
+                )
+    if runs:
+        isolation = isolation or choose(NOTEBOOK_LIMITS)
+        results.update(_run_all(runs, course, proxy, isolation, budget_s))
+    return [results[part.id] for nb in course for part in nb.parts]
+
+
+def _run_all(
+    runs: list[NotebookRun],
+    course: Sequence[CourseNotebook],
+    proxy: Path | None,
+    isolation: Isolation,
+    budget_s: float | None,
+) -> dict[str, CheckResult]:
+    parts = {nb.stem: nb.parts for nb in course}
+    budget = (budget_s or NOTEBOOK_BUDGET_S) * budget_scale()
+    results: dict[str, CheckResult] = {}
+    work = Path(tempfile.mkdtemp(prefix="labkit-notebooks-"))
+    try:
+        (work / "learner" / "notebooks").mkdir(parents=True)
+        if proxy is not None and proxy.is_file():
+            shutil.copyfile(proxy, work / "learner" / "proxy.py")
+        remaining = list(runs)
+        while remaining:
+            progress, stopped, why = _run_once(remaining, work, isolation, budget)
+            for run in remaining:
+                name = run.notebook
+                if name not in progress.started and name != stopped:
+                    continue
+                verdicts = progress.verdicts.get(name, {})
+                errors = progress.errors.get(name, [])
+                reason = why if name == stopped else "a cell before the check raised"
+                for part in parts[name]:
+                    if part.check in verdicts:
+                        results[part.id] = _from_verdict(part, verdicts[part.check])
+                    else:
+                        results[part.id] = _no_verdict(part, errors, reason)
+            ran = {run.notebook for run in remaining if run.notebook in progress.started}
+            ran |= {stopped} if stopped else set()
+            if not ran:  # nothing started: do not try again forever
+                for run in remaining:
+                    for part in parts[run.notebook]:
+                        results[part.id] = _no_verdict(part, [], why or "the runner did not start")
+                break
+            remaining = [run for run in remaining if run.notebook not in ran]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return results
+
+
+def with_notebook_parts(
+    report: SubmissionReport, course: Path, notebooks: Path | None, proxy: Path
+) -> SubmissionReport:
+    """``report`` (``proxy.py``'s) with a row for each in-notebook part of the instructor's
+    notebooks in ``course``, graded from the learner's ``notebooks`` folder."""
+    started = time.monotonic()
+    rows = grade_notebook_parts(notebooks, course_notebooks(course), proxy=proxy)
+    return replace(
+        report,
+        results=[*report.results, *rows],
+        elapsed_s=report.elapsed_s + time.monotonic() - started,
+    )

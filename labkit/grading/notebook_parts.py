@@ -1,0 +1,368 @@
+"""The in-notebook parts a learner writes, graded by the checks their notebooks already run.
+
+Notebooks 08 to 13 judge what a learner writes in the notebook itself (an adapter, a scanner, a
+release policy, an nginx location) with :class:`labkit.notebook_checks.NotebookChecks`. The
+grader runs those same check cells, headless, on the learner's code only. This module decides
+*what* runs; ``labkit.grading.notebook_grader`` runs it in the sandbox and reads the verdicts.
+
+Which cells run, for one notebook, in the notebook's order:
+
+* **setup**: the instructor's cells tagged ``graded-setup`` (imports, constants, the helpers
+  and servers the checks use). Each top-level ``if`` whose test calls ``checks.needs(...)`` (or
+  reads a name assigned from such a call) is an experiment, not a definition: it is left out,
+  so a graded run skips what the learner watches and goes straight to the checks.
+* **part**: each instructor cell that holds a solution region (:mod:`labkit.regions`) is
+  replaced by the *learner's* cell that defines the same function or class (the region's
+  top-level ``def``/``class``): the cell with the same cell id if it still defines it, else
+  the last code cell that does, its experiments left out as above. When none does, the
+  instructor's cell with its regions stubbed runs instead, so the check says "not written yet".
+* **check**: the instructor's cells tagged ``graded-check``, as they are: the judges are the
+  instructor's, so a learner cannot edit one to pass.
+
+Every other cell (plots, timings, the learner's own experiments) is not run, and of the setup
+cells' top-level statements, a value no cell reads (a capture for a plot, a proxy started for
+an experiment) and a ``print`` are left out too. The learner's
+notebook supplies only the part cells' source; everything else comes from the instructor's
+notebook, with any solution region stubbed, so that no solution reaches the sandbox.
+
+A *part* (one graded row) is one ``checks.check(name, ..., needs=...)`` call of a check cell
+whose ``needs`` name a function or class of a part cell (directly, or through a tuple assigned
+to a name, like notebook 11's ``GATEWAY``). Its id is ``nbNN.name`` (``nb08.adapter``). A check
+whose needs name no in-notebook part judges ``proxy.py`` only (notebook 13's ``trickle``
+through nginx), which ``labkit grade`` grades already: it runs, but is no row of its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import nbformat
+from IPython.core.inputtransformer2 import TransformerManager
+
+from labkit.regions import regions, strip_solutions
+
+__all__ = [
+    "CHECK_TAG",
+    "SETUP_TAG",
+    "CourseCell",
+    "CourseNotebook",
+    "NotebookRun",
+    "Part",
+    "course_notebooks",
+    "learner_run",
+    "part_id",
+]
+
+SETUP_TAG = "graded-setup"
+CHECK_TAG = "graded-check"
+Role = Literal["setup", "part", "check"]
+
+
+def part_id(notebook: str, check: str) -> str:
+    """``nb08.adapter``: the row id of check ``check`` of notebook ``08_...``."""
+    return f"nb{notebook[:2]}.{check}"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One graded row: a notebook's check, and the learner's definitions it judges."""
+
+    notebook: str  # "08_providers_and_normalisation"
+    check: str  # "adapter"
+    judges: tuple[str, ...]  # ("to_openai",)
+
+    @property
+    def id(self) -> str:
+        return part_id(self.notebook, self.check)
+
+
+@dataclass(frozen=True)
+class CourseCell:
+    """One cell a graded run needs, from the instructor's notebook (solutions stubbed)."""
+
+    role: Role
+    cell_id: str
+    source: str
+    owners: tuple[str, ...] = ()  # for a part cell: the top-level defs and classes it writes
+
+
+@dataclass(frozen=True)
+class CourseNotebook:
+    """What the grader needs of one instructor notebook: its graded cells and its parts."""
+
+    stem: str
+    cells: tuple[CourseCell, ...]
+    parts: tuple[Part, ...]
+
+
+@dataclass(frozen=True)
+class NotebookRun:
+    """The cells one learner's notebook runs, in order: what the sandboxed child executes."""
+
+    notebook: str
+    cells: tuple[tuple[Role, str], ...]
+    taken: tuple[str, ...] = ()  # the learner's definitions found in their notebook
+
+    def to_json(self) -> dict[str, Any]:
+        return {"notebook": self.notebook, "cells": [list(cell) for cell in self.cells]}
+
+
+def _python(source: str) -> str:
+    """The cell as plain Python (IPython's ``%magic`` and ``!shell`` lines transformed)."""
+    return str(TransformerManager().transform_cell(source))  # type: ignore[no-untyped-call]
+
+
+def _parse(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(_python(source))
+    except SyntaxError:
+        return None
+
+
+def _owners(source: str) -> tuple[str, ...]:
+    """The top-level ``def``s and ``class``es that hold the cell's solution regions."""
+    tree = _parse(source)
+    if tree is None:
+        return ()
+    owners: list[str] = []
+    for region in regions(source):
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                continue
+            end = node.end_lineno or node.lineno
+            if node.lineno <= region.line <= end and node.name not in owners:
+                owners.append(node.name)
+    return tuple(owners)
+
+
+def _calls_needs(node: ast.AST, flags: set[str]) -> bool:
+    """Whether ``node`` calls ``checks.needs(...)`` or reads a name assigned from one."""
+    for inner in ast.walk(node):
+        if (
+            isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Attribute)
+            and inner.func.attr == "needs"
+            and isinstance(inner.func.value, ast.Name)
+            and inner.func.value.id == "checks"
+        ):
+            return True
+        if isinstance(inner, ast.Name) and inner.id in flags:
+            return True
+    return False
+
+
+def without_experiments(source: str) -> str:
+    """``source`` with each top-level experiment (``if checks.needs(...):``) blanked out, line
+    numbers kept; as it is when it does not parse."""
+    tree = _parse(source)
+    if tree is None:
+        return source
+    lines = _python(source).split("\n")
+    flags: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and _calls_needs(node.value, set()):
+            flags |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        if isinstance(node, ast.If) and _calls_needs(node.test, flags):
+            for number in range(node.lineno - 1, node.end_lineno or node.lineno):
+                lines[number] = ""
+    return "\n".join(lines)
+
+
+def _targets(node: ast.stmt) -> set[str] | None:
+    """The names a top-level statement only binds (``a = ...``, ``a, b = ...``) or, for a
+    bare ``print(...)``, none; ``None`` for any other statement (it is always kept)."""
+    if (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Call)
+        and isinstance(node.value.func, ast.Name)
+        and node.value.func.id == "print"
+    ):
+        return set()
+    if not isinstance(node, ast.Assign):
+        return None
+    names: set[str] = set()
+    for target in node.targets:
+        for inner in ast.walk(target):
+            if isinstance(inner, ast.Name):
+                names.add(inner.id)
+            elif not isinstance(inner, ast.Tuple | ast.List | ast.Store):
+                return None  # a subscript or an attribute: it changes something else
+    return names
+
+
+def _read_names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def without_unread(cells: Sequence[tuple[Role, str]]) -> tuple[tuple[Role, str], ...]:
+    """``cells`` with each setup cell's values that no cell reads (a capture kept for a plot, a
+    proxy started for an experiment) and its ``print`` calls blanked out, line numbers kept.
+    Learner and check cells are kept whole; a value read anywhere (in any function) is kept."""
+    trees = [_parse(source) for _, source in cells]
+    statements = [
+        (n, node) for n, tree in enumerate(trees) if tree is not None for node in tree.body
+    ]
+    dropped: set[int] = set()
+    while True:
+        reads: set[str] = set()
+        for index, (_, node) in enumerate(statements):
+            if index not in dropped:
+                reads |= _read_names(node)
+        more = {
+            index
+            for index, (n, node) in enumerate(statements)
+            if index not in dropped
+            and cells[n][0] == "setup"
+            and (binds := _targets(node)) is not None
+            and not binds & reads
+        }
+        if not more:
+            break
+        dropped |= more
+    out: list[tuple[Role, str]] = []
+    for n, (role, source) in enumerate(cells):
+        blank = [node for index, (m, node) in enumerate(statements) if m == n and index in dropped]
+        if not blank:
+            out.append((role, source))
+            continue
+        lines = _python(source).split("\n")
+        for node in blank:
+            for number in range(node.lineno - 1, node.end_lineno or node.lineno):
+                lines[number] = ""
+        out.append((role, "\n".join(lines)))
+    return tuple(out)
+
+
+def _names(node: ast.AST | None) -> list[str]:
+    if node is None:
+        return []
+    return [inner.id for inner in ast.walk(node) if isinstance(inner, ast.Name)]
+
+
+def _tuples(cells: Iterable[CourseCell]) -> dict[str, ast.AST]:
+    """Top-level ``NAME = (a, b, ...)`` of the graded cells: what a ``needs=NAME`` expands to."""
+    found: dict[str, ast.AST] = {}
+    for cell in cells:
+        tree = _parse(cell.source)
+        for node in tree.body if tree is not None else []:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple | ast.List):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        found[target.id] = node.value
+    return found
+
+
+def _checks(source: str) -> list[tuple[str, ast.AST | None]]:
+    """``(name, needs)`` of each ``checks.check("name", ..., needs=...)`` call in ``source``."""
+    tree = _parse(source)
+    found: list[tuple[str, ast.AST | None]] = []
+    for node in ast.walk(tree) if tree is not None else []:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "check"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "checks"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            needs = next((k.value for k in node.keywords if k.arg == "needs"), None)
+            found.append((node.args[0].value, needs))
+    return found
+
+
+def _parts(stem: str, cells: Sequence[CourseCell]) -> tuple[Part, ...]:
+    owners = [name for cell in cells for name in cell.owners]
+    tuples = _tuples(cells)
+    parts: list[Part] = []
+    for cell in cells:
+        if cell.role != "check":
+            continue
+        for name, needs in _checks(cell.source):
+            named = _names(needs)
+            for tuple_name in [n for n in named if n in tuples]:
+                named += _names(tuples[tuple_name])
+            judges = tuple(dict.fromkeys(n for n in named if n in owners))
+            if judges and name not in {p.check for p in parts}:
+                parts.append(Part(stem, name, judges))
+    return tuple(parts)
+
+
+def course_notebook(path: Path) -> CourseNotebook | None:
+    """The graded cells and parts of the instructor's notebook ``path``; ``None`` when it has
+    no ``graded-check`` cell (nothing of it is graded this way)."""
+    nb = nbformat.read(path, as_version=4)
+    cells: list[CourseCell] = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        tags = cell.get("metadata", {}).get("tags", [])
+        cell_id = str(cell.get("id", ""))
+        stubbed, count = strip_solutions(cell.source, kind="code", notebook=path.stem)
+        if count:
+            cells.append(CourseCell("part", cell_id, stubbed, _owners(cell.source)))
+        elif CHECK_TAG in tags:
+            cells.append(CourseCell("check", cell_id, cell.source))
+        elif SETUP_TAG in tags:
+            cells.append(CourseCell("setup", cell_id, without_experiments(cell.source)))
+    if not any(cell.role == "check" for cell in cells):
+        return None
+    return CourseNotebook(path.stem, tuple(cells), _parts(path.stem, cells))
+
+
+def course_notebooks(folder: Path) -> list[CourseNotebook]:
+    """Every instructor notebook of ``folder`` whose parts are graded, in course order."""
+    found = (course_notebook(path) for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")))
+    return [course for course in found if course is not None and course.parts]
+
+
+def _defines(source: str, name: str) -> bool:
+    return bool(re.search(rf"^(?:async\s+def|def|class)\s+{re.escape(name)}\b", source, re.M))
+
+
+def _learner_cell(cells: Sequence[Any], course: CourseCell) -> str | None:
+    """The learner's source for ``course`` (a part cell), or ``None`` if no cell defines it."""
+    code = [cell for cell in cells if cell.get("cell_type") == "code"]
+
+    def holds(cell: Any) -> bool:
+        return all(_defines(str(cell.get("source", "")), name) for name in course.owners)
+
+    same = [cell for cell in code if str(cell.get("id", "")) == course.cell_id and holds(cell)]
+    found = same or [cell for cell in code if holds(cell)]
+    return str(found[-1]["source"]) if found and course.owners else None
+
+
+def read_learner(content: bytes, name: str) -> Any:
+    """The learner's notebook from ``content``. Raises ``ValueError`` saying why it is not one
+    (not JSON, not a notebook nbformat reads)."""
+    try:
+        nb = nbformat.reads(content.decode("utf-8"), as_version=4)
+    except (UnicodeDecodeError, json.JSONDecodeError, nbformat.reader.NotJSONError) as exc:
+        raise ValueError(f"{name} is not a readable notebook ({exc})") from None
+    except Exception as exc:  # nbformat raises several kinds for a damaged notebook
+        raise ValueError(f"{name} could not be read ({type(exc).__name__})") from None
+    if not isinstance(nb.get("cells"), list):
+        raise ValueError(f"{name} has no cells")
+    return nb
+
+
+def learner_run(course: CourseNotebook, learner: Any) -> NotebookRun:
+    """The cells to run for ``learner``'s copy of ``course`` (see the module docstring)."""
+    cells: list[tuple[Role, str]] = []
+    taken: list[str] = []
+    for cell in course.cells:
+        source = cell.source
+        if cell.role == "part":
+            mine = _learner_cell(learner.cells, cell)
+            if mine is not None:
+                source = without_experiments(mine)
+                taken += cell.owners
+        cells.append((cell.role, source))
+    return NotebookRun(course.stem, without_unread(cells), tuple(taken))
