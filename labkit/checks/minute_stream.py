@@ -13,10 +13,14 @@ in all, longer than nginx's and ALB's 60 s). The client reads with a 30 s idle l
 strict load balancer would: only heartbeats (SSE comments) during the silence keep it
 reading. Pass: every token and ``data: [DONE]`` arrive. A proxy whose heartbeats are rarer than
 every 30 s, whose upstream read timeout is shorter than 50 s, or that caps the whole response
-at a minute fails, and the verdict says which way.
+at a minute fails, and the verdict says which way. ``observe`` runs it, ``judge`` decides
+(tested in process: tests/grading/test_judges_minute_stream.py).
 """
 
 from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
 
 from labkit.capture import Capture, acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body, finished, ms
@@ -37,7 +41,27 @@ BUDGET_S = 100.0  # the stream itself takes about 67 s
 result = Outcome(ID, STEP)
 
 
-async def check_minute_stream(ctx: CheckContext) -> CheckResult:
+@dataclass(frozen=True)
+class Observed:
+    """What the client saw, in seconds since the request was sent (its status and ending, the
+    times of its token events and of every chunk of bytes, the tokens and comments received,
+    and the transport error that ended it, ``ReadTimeout...`` when its idle limit struck), and
+    the mock's record (``reached_upstream``: it got as far as its first token there)."""
+
+    status: int | None
+    terminal: str
+    total_time: float
+    tokens_received: int
+    token_times: tuple[float, ...]
+    chunk_times: tuple[float, ...]
+    comments: int
+    transport_error: str | None
+    reached_upstream: bool
+    upstream_state: str | None = None
+    upstream_tokens: int | None = None
+
+
+async def observe(ctx: CheckContext) -> Observed:
     try:
         capture = await acapture_stream(
             ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=CLIENT_IDLE_S
@@ -48,37 +72,57 @@ async def check_minute_stream(ctx: CheckContext) -> CheckResult:
         # No response headers within the idle limit: a gateway that holds the whole response.
         capture = Capture(url=ctx.chat_url, transport_error=exc.error)
     record = await ctx.record(SEED, until=finished)
-    silence = _silence(capture.token_times)
+    return Observed(
+        status=capture.status,
+        terminal=capture.terminal,
+        total_time=capture.total_time,
+        tokens_received=capture.tokens_received,
+        token_times=tuple(capture.token_times),
+        chunk_times=tuple(c.t for c in capture.chunks),
+        comments=len(capture.comments),
+        transport_error=capture.transport_error,
+        reached_upstream=record is not None and record.get("first_token_at") is not None,
+        upstream_state=None if record is None else record.get("state"),
+        upstream_tokens=None if record is None else record.get("tokens_generated"),
+    )
+
+
+def judge(observed: Observed) -> CheckResult:
+    """Pass: a 200 that ends with ``[DONE]``. A fail says which way it broke: the client's idle
+    limit, the proxy giving up on the upstream, or a cut."""
+    silence = _silence(list(observed.token_times))
     # the wait after the last chunk counts too: it is where a client's idle limit strikes
-    last_byte_at = capture.chunks[-1].t if capture.chunks else 0.0
-    quiet = max([*capture.chunk_gaps, capture.total_time - last_byte_at])
+    chunk_times = observed.chunk_times
+    last_byte_at = chunk_times[-1] if chunk_times else 0.0
+    chunk_gaps = [b - a for a, b in itertools.pairwise(chunk_times)]
+    quiet = max([*chunk_gaps, observed.total_time - last_byte_at])
     evidence = {
-        "status": capture.status,
-        "terminal": capture.terminal,
-        "client_total_ms": ms(capture.total_time),
-        "tokens_received": capture.tokens_received,
-        "upstream_tokens": None if record is None else record.get("tokens_generated"),
-        "upstream_state": None if record is None else record.get("state"),
+        "status": observed.status,
+        "terminal": observed.terminal,
+        "client_total_ms": ms(observed.total_time),
+        "tokens_received": observed.tokens_received,
+        "upstream_tokens": observed.upstream_tokens,
+        "upstream_state": observed.upstream_state,
         "upstream_silence_ms": ms(STALL_S),
         "client_idle_limit_ms": ms(CLIENT_IDLE_S),
         "longest_gap_between_tokens_ms": None if silence is None else ms(silence[1] - silence[0]),
         "longest_gap_between_bytes_ms": ms(quiet),
-        "comments": len(capture.comments),
-        "transport_error": capture.transport_error,
+        "comments": observed.comments,
+        "transport_error": observed.transport_error,
     }
-    if record is None or record.get("first_token_at") is None:
+    if not observed.reached_upstream:
         return result.failed(
             "the request never reached the upstream",
             evidence,
             "forward POST /v1/chat/completions to the upstream with its JSON body.",
             step="02_forwarding_proxy",
         )
-    if capture.status == 200 and capture.terminal == "done":
+    if observed.status == 200 and observed.terminal == "done":
         return result.passed(
             "a stream of more than a minute, silent for most of it, reaches the client",
             evidence,
         )
-    if (capture.transport_error or "").startswith("ReadTimeout"):
+    if (observed.transport_error or "").startswith("ReadTimeout"):
         return result.failed(
             "nothing reached the client for longer than its idle limit while the upstream "
             "was silent",
@@ -86,7 +130,7 @@ async def check_minute_stream(ctx: CheckContext) -> CheckResult:
             "send an SSE comment at least every few seconds while the upstream is silent, "
             "and make sure whatever sits in front of the proxy passes it on at once.",
         )
-    if capture.terminal == "error":
+    if observed.terminal == "error":
         return result.failed(
             "the proxy gave up on the upstream during its silence",
             evidence,
@@ -98,3 +142,7 @@ async def check_minute_stream(ctx: CheckContext) -> CheckResult:
         evidence,
         "put no limit on a stream's total time: bound the silence between reads instead.",
     )
+
+
+async def check_minute_stream(ctx: CheckContext) -> CheckResult:
+    return judge(await observe(ctx))
