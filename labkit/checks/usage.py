@@ -30,6 +30,9 @@ completion id the client saw, with the right outcome and, for the completed ones
 counts. ``errored`` and ``on_choices_*`` need an upstream that fails or puts its usage on a
 chunk with choices on demand, which only the mock does: the engine always sends a separate
 ``choices: []`` chunk.
+
+``observe`` (``observe_on_engine``) runs the requests and reads the log; ``judge`` holds every
+rule, and is tested on constructed observations in process (tests/grading/test_judges_usage.py).
 """
 
 from __future__ import annotations
@@ -126,9 +129,26 @@ def _truth(prompt: int | None, completion: int | None) -> dict[str, int | None]:
     }
 
 
-async def check_usage(ctx: CheckContext) -> CheckResult:
+@dataclass(frozen=True)
+class Observed:
+    """What the experiment saw: each request as sent (``Sent``), the usage log's new JSON object
+    lines once every request had one (or LOG_WAIT_S had passed), and how many lines were not JSON
+    objects; or the requests that never reached the upstream (``missing``: the log is not read);
+    or that there was no usage log to read (``has_log`` False)."""
+
+    sent: tuple[Sent, ...] = ()
+    log_lines: tuple[Mapping[str, Any], ...] = ()
+    bad_lines: int = 0
+    missing: tuple[str, ...] = ()
+    has_log: bool = True
+
+
+NO_LOG = Observed(has_log=False)
+
+
+async def observe(ctx: CheckContext) -> Observed:
     if ctx.usage_log is None:
-        return _no_log()
+        return NO_LOG
     names = list(REQUESTS)
     captures = dict(zip(names, await asyncio.gather(*(_send(ctx, n) for n in names)), strict=True))
     records: dict[str, Record | None] = {}
@@ -136,7 +156,7 @@ async def check_usage(ctx: CheckContext) -> CheckResult:
         records[name] = await ctx.record(REQUESTS[name][0], until=finished, wait_s=1.0)
     missing = [n for n in names if records[n] is None]
     if missing:
-        return _missing(missing)
+        return Observed(missing=tuple(missing))
     sent = []
     for name in names:
         record = records[name]
@@ -148,12 +168,16 @@ async def check_usage(ctx: CheckContext) -> CheckResult:
         asked = True if name in ASKING else False if name in UNASKED else None
         got = captures[name].usage is not None
         sent.append(Sent(name, str(record["id"]), expected, truth, asked, got))
-    return await _judge(ctx.usage_log, sent)
+    return await _read_log(ctx.usage_log, sent)
 
 
-async def check_usage_on_engine(ctx: CheckContext) -> CheckResult:
+async def check_usage(ctx: CheckContext) -> CheckResult:
+    return judge(await observe(ctx))
+
+
+async def observe_on_engine(ctx: CheckContext) -> Observed:
     if ctx.usage_log is None:
-        return _no_log()
+        return NO_LOG
     books = ctx.books
     model = await books.model()
     lines_before = _line_count(ctx.usage_log)
@@ -185,8 +209,12 @@ async def check_usage_on_engine(ctx: CheckContext) -> CheckResult:
     sent.append(Sent("cancelled", min(ids) if ids else None, "cancelled"))
     await books.wait_idle(ENGINE_IDLE_WAIT_S)  # a proxy that does not cancel leaves it going
     if missing:
-        return _missing(missing)
-    return await _judge(ctx.usage_log, sent, since_line=lines_before)
+        return Observed(missing=tuple(missing))
+    return await _read_log(ctx.usage_log, sent, since_line=lines_before)
+
+
+async def check_usage_on_engine(ctx: CheckContext) -> CheckResult:
+    return judge(await observe_on_engine(ctx))
 
 
 def _ids(capture: Capture) -> set[str]:
@@ -222,27 +250,40 @@ def _missing(names: Sequence[str]) -> CheckResult:
     )
 
 
-async def _judge(log: Path, sent: Sequence[Sent], *, since_line: int = 0) -> CheckResult:
-    """Wait (up to LOG_WAIT_S) for a line per request in ``log`` (from line ``since_line``
-    on), then judge the lines. A request whose id the client never saw is matched with the new
-    lines that carry none of the others' ids."""
+def _lines_for(
+    entries: Sequence[Mapping[str, Any]], one: Sent, sent: Sequence[Sent]
+) -> list[Mapping[str, Any]]:
+    """The log lines for request ``one``: those with its id; for a request whose id the client
+    never saw, the lines that carry none of the others' ids."""
+    if one.id is not None:
+        return [e for e in entries if e.get("id") == one.id]
     known = {s.id for s in sent if s.id is not None}
+    return [e for e in entries if e.get("id") not in known]
 
-    def lines_for(entries: list[dict[str, Any]], one: Sent) -> list[dict[str, Any]]:
-        if one.id is not None:
-            return [e for e in entries if e.get("id") == one.id]
-        return [e for e in entries if e.get("id") not in known]
 
+async def _read_log(log: Path, sent: Sequence[Sent], *, since_line: int = 0) -> Observed:
+    """Wait (up to LOG_WAIT_S) for a line per request in ``log`` (from line ``since_line``
+    on), and return what was sent with the lines there are then."""
     deadline = time.monotonic() + LOG_WAIT_S
     while True:
         lines, bad = read_log(log)
         lines = lines[since_line:] if since_line <= len(lines) else []
-        found = {one.name: lines_for(lines, one) for one in sent}
-        if all(found.values()) or time.monotonic() >= deadline:
-            break
+        if all(_lines_for(lines, one, sent) for one in sent) or time.monotonic() >= deadline:
+            return Observed(tuple(sent), tuple(lines), bad)
         await asyncio.sleep(0.05)
 
-    evidence: dict[str, Any] = {"log_lines": len(lines), "bad_lines": bad}
+
+def judge(observed: Observed) -> CheckResult:
+    """Pass: exactly one line per request, with the outcome expected and (for a completed one)
+    the upstream's counts; no line that is not a JSON object; usage sent to the clients that
+    asked for it and only to them. The verdict names the first problem found."""
+    if not observed.has_log:
+        return _no_log()
+    if observed.missing:
+        return _missing(observed.missing)
+    sent, lines = observed.sent, observed.log_lines
+    found = {one.name: _lines_for(lines, one, sent) for one in sent}
+    evidence: dict[str, Any] = {"log_lines": len(lines), "bad_lines": observed.bad_lines}
     problems: list[str] = []
     for one in sent:
         entries = found[one.name]
@@ -264,7 +305,7 @@ async def _judge(log: Path, sent: Sequence[Sent], *, since_line: int = 0) -> Che
     for one in sent:
         if one.asked_usage is not None:
             evidence[f"{one.name}_client_got_usage"] = one.got_usage
-    if bad:
+    if observed.bad_lines:
         problems.append("format")
     if any(one.asked_usage is True and not one.got_usage for one in sent):
         problems.append("asked")
