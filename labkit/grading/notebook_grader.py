@@ -4,8 +4,9 @@
 of ``course`` (``labkit.grading.notebook_parts``: which cells run, and which checks are parts),
 with ids like ``nb08.adapter``, to stand beside ``proxy.py``'s checks in the same report.
 
-How they run: one Python process (``labkit.grading.notebook_runner``) for the learner's
-notebooks, one after another, started the way the grader starts a learner's proxy
+How they run: ``RUNNERS`` Python processes (``labkit.grading.notebook_runner``) side by side,
+each running its share of the learner's notebooks one after another (a notebook's checks mostly
+wait on the servers it started), each started the way the grader starts a learner's proxy
 (``labkit.grading.isolation``: bubblewrap and a cgroup when the machine allows, a stripped
 environment, inside the grading worker's own network namespace). Its folder is a private copy
 holding only the learner's ``proxy.py`` (notebooks 11 to 13 serve it) and an empty
@@ -35,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -70,6 +72,7 @@ __all__ = [
 NOTEBOOK_BUDGET_S = 60.0  # one notebook's graded cells, at one CPU or more
 START_BUDGET_S = 30.0  # the runner's imports, before its first notebook starts
 POLL_S = 0.1
+RUNNERS = 2  # notebooks graded side by side for one learner
 # The notebooks serve the learner's proxy (two to four processes), nginx and a mock in one tree.
 NOTEBOOK_LIMITS = Limits(memory_bytes=1536 * MIB, processes=512)
 UPLOAD_HINT = "hand in notebooks/ beside proxy.py: `make submit` writes a zip of both."
@@ -250,7 +253,6 @@ def grade_notebook_parts(
     course: Sequence[CourseNotebook],
     *,
     proxy: Path | None = None,
-    isolation: Isolation | None = None,
     budget_s: float | None = None,
 ) -> list[CheckResult]:
     """One result per part of ``course``, for the learner notebooks in the folder
@@ -280,8 +282,7 @@ def grade_notebook_parts(
                     f"open {path.name} in JupyterLab, save it, then hand in notebooks/ again.",
                 )
     if runs:
-        isolation = isolation or choose(NOTEBOOK_LIMITS)
-        results.update(_run_all(runs, course, proxy, isolation, budget_s))
+        results.update(_run_all(runs, course, proxy, budget_s))
     return [results[part.id] for nb in course for part in nb.parts]
 
 
@@ -289,11 +290,30 @@ def _run_all(
     runs: list[NotebookRun],
     course: Sequence[CourseNotebook],
     proxy: Path | None,
-    isolation: Isolation,
     budget_s: float | None,
 ) -> dict[str, CheckResult]:
+    """``runs`` in ``RUNNERS`` runners side by side (each notebook waits on its servers more
+    than it computes), each with its own folder and sandbox."""
+    groups = [runs[n::RUNNERS] for n in range(RUNNERS) if runs[n::RUNNERS]]
+    results: dict[str, CheckResult] = {}
+    with ThreadPoolExecutor(len(groups)) as pool:
+        for found in pool.map(lambda group: _run_group(group, course, proxy, budget_s), groups):
+            results.update(found)
+    return results
+
+
+def _run_group(
+    runs: list[NotebookRun],
+    course: Sequence[CourseNotebook],
+    proxy: Path | None,
+    budget_s: float | None,
+) -> dict[str, CheckResult]:
+    """``runs`` one after another in one runner, started again after a notebook that had to be
+    stopped, for the notebooks after it."""
     parts = {nb.stem: nb.parts for nb in course}
     budget = (budget_s or NOTEBOOK_BUDGET_S) * budget_scale()
+    # a sandbox of its own: without bubblewrap, reaping kills every process of its user
+    isolation = choose(NOTEBOOK_LIMITS)
     results: dict[str, CheckResult] = {}
     work = Path(tempfile.mkdtemp(prefix="labkit-notebooks-"))
     try:

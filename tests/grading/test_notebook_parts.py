@@ -1,0 +1,363 @@
+"""The in-notebook parts, graded by the checks their notebooks run: what runs, what it scores,
+and that a learner's notebook code is contained like a learner's proxy.
+
+The sandboxed runs take the instructor's notebooks as the course and a learner folder made
+here: the instructor's own notebooks (every part passes), ``labkit student`` copies (every part
+"not written yet", naming its notebook), one part made wrong (exactly that part fails), and a
+part cell that tries what the hostile proxies try.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import threading
+import tomllib
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import nbformat
+import pytest
+from folder_reports import PATTERN, REPORTER
+
+import labkit.checks
+from labkit.checks import CHECK_IDS
+from labkit.grading.isolation import choose
+from labkit.grading.notebook_grader import UPLOAD_HINT, grade_notebook_parts
+from labkit.grading.notebook_parts import CourseNotebook, course_notebooks, learner_run
+from labkit.grading.report import SubmissionReport, feedback_markdown
+from labkit.grading.roster import Submission, find_submissions, grade_in_worker
+from labkit.grading.rubric import Rubric, RubricError
+from labkit.student import make_student_copies
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "solutions" / "proxy.py"
+PARTS = {
+    "08_providers_and_normalisation": ["adapter", "cache_and_stops", "refusal", "responses"],
+    "09_tool_calls_and_partial_json": ["accumulate", "scanner", "validate", "blocks"],
+    "11_metrics_billing_and_retries": ["metrics", "billing", "retries", "no_answer"],
+    "12_client_states_and_release": ["states", "release", "gateway", "by_sentence"],
+    "13_nginx_and_the_edge": ["location"],
+}
+PART_IDS = [f"nb{notebook[:2]}.{check}" for notebook, checks in PARTS.items() for check in checks]
+
+
+@pytest.fixture(scope="module")
+def course() -> list[CourseNotebook]:
+    return course_notebooks(ROOT / "notebooks")
+
+
+def _only(course: list[CourseNotebook], *numbers: str) -> list[CourseNotebook]:
+    return [nb for nb in course if nb.stem[:2] in numbers]
+
+
+def _learner(tmp_path: Path, notebooks: Path | None = None) -> Path:
+    """A learner folder holding the instructor's notebooks (or ``notebooks``') and proxy.py."""
+    folder = tmp_path / "learner"
+    shutil.copytree(notebooks or ROOT / "notebooks", folder / "notebooks")
+    shutil.copyfile(REFERENCE, folder / "proxy.py")
+    return folder
+
+
+def _edit_cell(path: Path, defines: str, edit: str, new: str) -> None:
+    """Replace ``edit`` with ``new`` in the cell of notebook ``path`` that defines ``defines``."""
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and defines in c.source)
+    assert edit in cell.source
+    cell.source = cell.source.replace(edit, new)
+    nbformat.write(nb, path)
+
+
+# --- what runs (no process started) ----------------------------------------------------------
+
+
+def test_the_graded_parts_are_the_checks_that_judge_an_in_notebook_part(
+    course: list[CourseNotebook],
+) -> None:
+    found = {nb.stem: [p.check for p in nb.parts] for nb in course}
+    assert found == PARTS
+    # notebook 13's trickle and heartbeats judge proxy.py only, which labkit grade grades
+    location = _only(course, "13")[0].parts
+    assert [(p.id, p.judges) for p in location] == [("nb13.location", ("streaming_location",))]
+    assert not set(CHECK_IDS) & {p.id for nb in course for p in nb.parts}
+
+
+def test_a_learner_run_takes_the_part_cells_from_the_learner_and_the_rest_from_the_course(
+    course: list[CourseNotebook], tmp_path: Path
+) -> None:
+    make_student_copies(ROOT / "notebooks", tmp_path)
+    nb12 = _only(course, "12")[0]
+    learner = nbformat.read(tmp_path / f"{nb12.stem}.ipynb", as_version=4)
+    next_state = next(c for c in learner.cells if "def next_state" in c.source)
+    next_state.source += "\n\nLEARNER_MARK = 1\n"
+    run = learner_run(nb12, learner)
+    roles = [role for role, _ in run.cells]
+    assert roles.count("part") == 3 and roles.count("check") == 2
+    sources = "\n".join(source for _, source in run.cells)
+    assert "LEARNER_MARK = 1" in sources
+    assert "BEGIN SOLUTION" not in sources  # no solution reaches the sandbox
+    # the experiments are left out: section 1's proxy, the six fates of section 2
+    assert 'start_proxy("proxy")' not in sources and "fates = six_fates" not in sources
+    assert "def six_fates" in sources and 'ANSWERS = "/v1/answers"' in sources
+
+
+def test_a_part_the_learner_deleted_runs_as_its_stub(
+    course: list[CourseNotebook], tmp_path: Path
+) -> None:
+    nb13 = _only(course, "13")[0]
+    learner = nbformat.read(ROOT / "notebooks" / f"{nb13.stem}.ipynb", as_version=4)
+    learner.cells = [c for c in learner.cells if "def streaming_location" not in c.source]
+    run = learner_run(nb13, learner)
+    part = next(source for role, source in run.cells if role == "part")
+    assert "Write this part yourself: streaming_location, in notebook 13_nginx" in part
+    assert run.taken == ()
+
+
+def test_the_notebook_parts_share_a_quarter_by_default_and_the_instructors_share_when_set() -> None:
+    ids = ["trickle", "cancel", "nb08.adapter", "nb09.scanner"]
+    points = Rubric().points(ids)
+    assert points == {"trickle": 37.5, "cancel": 37.5, "nb08.adapter": 12.5, "nb09.scanner": 12.5}
+    text = 'notebook_share = 0.4\n[notebook_weights]\nnb08.adapter = 3\n"nb09.scanner" = 1\n'
+    rubric = Rubric.from_mapping(tomllib.loads(text))
+    assert rubric.points(ids) == {
+        "trickle": 30.0,
+        "cancel": 30.0,
+        "nb08.adapter": 30.0,
+        "nb09.scanner": 10.0,
+    }
+    assert Rubric().points(["trickle", "cancel"]) == {"trickle": 50.0, "cancel": 50.0}
+    assert Rubric.from_mapping(tomllib.loads(rubric.to_toml())).notebook_weights == {
+        "nb08.adapter": 3.0,
+        "nb09.scanner": 1.0,
+    }
+
+
+def test_a_rubric_naming_an_unknown_part_says_what_a_part_id_looks_like() -> None:
+    with pytest.raises(RubricError, match=r"unknown part 'adapter'.*like nb08.adapter"):
+        Rubric.from_mapping({"notebook_weights": {"adapter": 2}})
+    with pytest.raises(RubricError, match="notebook_share = 2 is not valid"):
+        Rubric.from_mapping({"notebook_share": 2})
+
+
+def test_a_roster_entry_with_notebooks_grades_every_learners_parts(tmp_path: Path) -> None:
+    roster = tmp_path / "roster"
+    (roster / "ada" / "notebooks").mkdir(parents=True)
+    shutil.copyfile(REFERENCE, roster / "ada" / "proxy.py")
+    (roster / "ada" / "notebooks" / "08_providers_and_normalisation.ipynb").write_text("{}")
+    shutil.copyfile(REFERENCE, roster / "bob.py")
+    with zipfile.ZipFile(roster / "cy.zip", "w") as archive:
+        archive.write(REFERENCE, "lab/proxy.py")
+        archive.writestr("lab/notebooks/09_tool_calls_and_partial_json.ipynb", "{}")
+        archive.writestr("lab/notebooks/notes.txt", "not read")
+    found = {s.learner: s for s in find_submissions([roster])}
+    assert {name: s.parts for name, s in found.items()} == {"ada": True, "bob": True, "cy": True}
+    assert found["bob"].notebooks is None
+    assert found["ada"].notebooks == roster / "ada" / "notebooks"
+    unzipped = found["cy"].notebooks
+    assert unzipped is not None
+    assert [p.name for p in unzipped.iterdir()] == ["09_tool_calls_and_partial_json.ipynb"]
+
+
+def test_a_roster_of_proxy_files_alone_grades_no_notebook_parts(tmp_path: Path) -> None:
+    shutil.copyfile(REFERENCE, tmp_path / "bob.py")
+    assert [s.parts for s in find_submissions([tmp_path])] == [False]
+
+
+# --- sandboxed runs ---------------------------------------------------------------------------
+
+
+@pytest.mark.sockets
+@pytest.mark.slow
+def test_the_instructors_notebooks_score_full_marks_on_every_part(
+    course: list[CourseNotebook], tmp_path: Path
+) -> None:
+    learner = _learner(tmp_path)
+    rows = grade_notebook_parts(learner / "notebooks", course, proxy=learner / "proxy.py")
+    failed = [f"{r.id}: {r.verdict} {dict(r.evidence)}" for r in rows if not r.passed]
+    assert not failed, failed
+    assert [r.id for r in rows] == [
+        f"nb{nb[:2]}.{c}" for nb, checks in PARTS.items() for c in checks
+    ]
+
+
+@pytest.mark.sockets
+@pytest.mark.slow
+def test_learner_copies_score_zero_on_every_part_each_naming_its_notebook(
+    course: list[CourseNotebook], tmp_path: Path
+) -> None:
+    copies = tmp_path / "copies"
+    make_student_copies(ROOT / "notebooks", copies)
+    (copies / "09_tool_calls_and_partial_json.ipynb").write_text('{"cells": [', "utf-8")
+    (copies / "11_metrics_billing_and_retries.ipynb").unlink()
+    learner = _learner(tmp_path, copies)
+    rows = {
+        r.id: r
+        for r in grade_notebook_parts(learner / "notebooks", course, proxy=learner / "proxy.py")
+    }
+    assert not any(r.passed for r in rows.values())
+    for nb, checks in PARTS.items():
+        for check in checks:
+            row = rows[f"nb{nb[:2]}.{check}"]
+            if nb.startswith("09"):  # one notebook that does not parse costs its own parts only
+                assert row.verdict == f"notebook {nb} could not be read", row
+            elif nb.startswith("11"):
+                assert row.verdict == f"notebook {nb} was not handed in", row
+                assert row.hint == UPLOAD_HINT
+            else:
+                assert row.verdict.startswith("not written yet: "), row
+                assert f"(notebook {nb})" in row.verdict, row
+                assert nb in row.hint, row
+
+
+@pytest.mark.sockets
+def test_one_part_made_wrong_fails_exactly_that_part(
+    course: list[CourseNotebook], tmp_path: Path
+) -> None:
+    learner = _learner(tmp_path)
+    _edit_cell(
+        learner / "notebooks" / "09_tool_calls_and_partial_json.ipynb",
+        "class ArgumentScanner",
+        "                if self.escaped:\n                    self.escaped = False\n"
+        '                elif ch == "\\\\":\n                    self.escaped = True\n'
+        "                elif ch == '\"':",
+        "                if ch == '\"':  # escapes not followed: a wrong scanner",
+    )
+    rows = grade_notebook_parts(
+        learner / "notebooks", _only(course, "09"), proxy=learner / "proxy.py"
+    )
+    outcomes = {r.id: r.passed for r in rows}
+    assert outcomes == {
+        "nb09.accumulate": True,
+        "nb09.scanner": False,
+        "nb09.validate": True,
+        "nb09.blocks": True,
+    }
+    scanner = next(r for r in rows if r.id == "nb09.scanner")
+    assert scanner.verdict.startswith("the persistent scanner's fields equal json.loads")
+    assert scanner.evidence["saw"]  # what the judge saw (here, the JSON the wrong scanner cut)
+    assert "09_tool_calls_and_partial_json" in scanner.hint
+
+
+PLANTED = Path(labkit.checks.__file__).parent / "planted_by_notebook.py"
+DAEMON = ["sleep", "923"]
+PAYLOAD = """
+import os as _os, subprocess as _subprocess, sys as _sys
+_PYTHON = {_sys.prefix, _sys.base_prefix}
+_seen = {"uid": _os.getuid()}
+try:
+    with open(PLANTED, "w") as _planted:
+        _planted.write("GRADE = 100\\n")
+    _seen["planted"] = True
+except OSError as _exc:
+    _seen["planted"] = type(_exc).__name__
+_found = []
+for _top in ("/tmp", "/root", "/home", CLASSMATES):
+    for _folder, _dirs, _files in _os.walk(_top):
+        _dirs[:] = [d for d in _dirs if _os.path.join(_folder, d) not in _PYTHON]
+        for _name in _files:
+            _path = _os.path.join(_folder, _name)
+            try:
+                if _name == "proxy.py" and "CLASSMATE-MARKER" in open(_path).read():
+                    _found.append(_path)
+            except OSError:
+                pass
+_seen["found"] = _found
+_subprocess.Popen(DAEMON, start_new_session=True, stdout=_subprocess.DEVNULL,
+                  stderr=_subprocess.DEVNULL)
+_report(_seen)
+"""
+
+
+@contextmanager
+def _reports(base: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, object]]]:
+    """What the hostile cell reported into its own folder, read from outside while it runs
+    (``folder_reports``' scheme; the runner's folder churns more, so a sweep that meets a
+    folder being removed just tries again)."""
+    base.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    found: dict[Path, dict[str, object]] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.02):
+            try:
+                for path in base.rglob(PATTERN):
+                    found.setdefault(path, json.loads(path.read_text()))
+            except (OSError, ValueError):
+                continue
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    reports: list[dict[str, object]] = []
+    try:
+        yield reports
+    finally:
+        stop.set()
+        thread.join()
+        reports.extend(found.values())
+
+
+def _daemons() -> list[str]:
+    shown = subprocess.run(["pgrep", "-af", " ".join(DAEMON)], capture_output=True, text=True)
+    return [line for line in shown.stdout.splitlines() if "pgrep" not in line]
+
+
+@pytest.mark.sockets
+def test_a_hostile_part_cell_is_contained_like_a_hostile_proxy(
+    course: list[CourseNotebook], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if choose().kind != "bubblewrap":
+        pytest.skip(f"no sandbox on this machine: {choose().describe()}")
+    classmate = tmp_path / "classmate"
+    classmate.mkdir()
+    (classmate / "proxy.py").write_text("# CLASSMATE-MARKER\n")
+    learner = _learner(tmp_path)
+    payload = (
+        PAYLOAD.replace("PLANTED", repr(str(PLANTED)))
+        .replace("CLASSMATES", repr(str(tmp_path)))
+        .replace("DAEMON", repr(DAEMON))
+    )
+    _edit_cell(
+        learner / "notebooks" / "08_providers_and_normalisation.ipynb",
+        "def to_openai",
+        "FINISH = {",
+        REPORTER + payload + "\nFINISH = {",
+    )
+    before = _daemons()
+    with _reports(tmp_path / "homes", monkeypatch) as reports:
+        rows = grade_notebook_parts(
+            learner / "notebooks", _only(course, "08"), proxy=learner / "proxy.py"
+        )
+
+    assert all(r.passed for r in rows), [(r.id, r.verdict, dict(r.evidence)) for r in rows]
+    assert len(reports) == 1, "the hostile cell never reported: did it run?"
+    seen = reports[0]
+    assert seen["uid"] != 0, "notebook code ran as root"
+    assert seen["planted"] in ("PermissionError", "OSError"), seen
+    assert seen["found"] == [], f"a classmate's file was readable: {seen['found']}"
+    assert not PLANTED.exists()
+    assert _daemons() == before, "a process the notebook started outlived its grading"
+
+
+@pytest.mark.sockets
+@pytest.mark.slow
+def test_a_proxy_file_alone_scores_zero_on_each_part_saying_what_to_upload(
+    tmp_path: Path,
+) -> None:
+    shutil.copyfile(REFERENCE, tmp_path / "bob.py")
+    submission = Submission("bob", tmp_path / "bob.py", None, parts=True)
+    report = grade_in_worker(submission, Rubric(), only=["trickle"])
+    parts = [r for r in report.results if r.id.startswith("nb")]
+    assert [r.id for r in parts] == [
+        f"nb{nb[:2]}.{c}" for nb, checks in PARTS.items() for c in checks
+    ]
+    assert all(not r.passed and "make submit" in r.verdict for r in parts)
+    assert report.result("trickle") is not None and report.score == 75.0
+    feedback = feedback_markdown(report)
+    assert "| nb08.adapter | failed | not handed in: only proxy.py was;" in feedback
+    back = SubmissionReport.from_json(json.loads(json.dumps(report.to_json())), Rubric())
+    assert back.score == report.score and back.max_score == 100
