@@ -10,7 +10,8 @@ configuration is skipped, never faked.
 Ports: the bench binds each listening socket itself (``labkit.servers.bind_socket``, port 0)
 and hands the bound socket to the child (``bench.serve``, nginx's inherited ``NGINX``
 sockets), so no other process can take the port between choosing and listening.
-LiteLLM only takes a port number: :func:`free_port` is for it alone.
+LiteLLM only takes a port number: :func:`free_port` is for it alone (``bench.gateways`` binds
+and closes a socket likewise for the gateways that take only an address).
 """
 
 from __future__ import annotations
