@@ -171,15 +171,22 @@ async def _probe(base_url: str, stop: asyncio.Event, client: httpx.AsyncClient) 
 
 def reached_together(records: list[Record], seeds: range, since: float = 0.0) -> tuple[int, int]:
     """How many of the burst's requests (tagged with ``seeds``) reached the upstream before any
-    of them had ended there, and how many only after: those waited for another stream to give
-    its connection back. A request that never reached the upstream is in neither, nor one from
-    before ``since`` (wall time: an earlier attempt of the same check)."""
+    of them had completed there, and how many only after: those waited for another stream to
+    give its connection back. Only a completed stream's end counts: one that failed or was
+    cancelled early (a dropped connection, a client gone) ends long before the burst's streams
+    are due to, and would make every later arrival look late. A request that never reached the
+    upstream is in neither, nor one from before ``since`` (wall time: an earlier attempt of the
+    same check)."""
     burst = [
         r
         for r in records
         if r.get("scenario", {}).get("seed") in seeds and r.get("started_at", 0.0) >= since
     ]
-    ends = [r["ended_at"] for r in burst if r.get("ended_at") is not None]
+    ends = [
+        r["ended_at"]
+        for r in burst
+        if r.get("ended_at") is not None and r.get("state") == "completed"
+    ]
     first_end = min(ends, default=float("inf"))
     together = sum(r["started_at"] < first_end for r in burst)
     return together, len(burst) - together

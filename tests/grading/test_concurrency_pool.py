@@ -17,8 +17,13 @@ from labkit.checks.context import Record
 SEEDS = range(100, 106)
 
 
-def record(seed: int, started: float, ended: float | None) -> Record:
-    return {"scenario": {"seed": seed}, "started_at": started, "ended_at": ended}
+def record(seed: int, started: float, ended: float | None, state: str = "completed") -> Record:
+    return {
+        "scenario": {"seed": seed},
+        "started_at": started,
+        "ended_at": ended,
+        "state": state if ended is not None else "running",
+    }
 
 
 def test_streams_that_arrive_after_the_first_end_waited() -> None:
@@ -26,6 +31,14 @@ def test_streams_that_arrive_after_the_first_end_waited() -> None:
     records += [record(104, 14.05, 18.0), record(105, 14.2, 18.1)]  # after the first end, 14.0
     records += [record(999, 9.0, 9.5)]  # another check's request: not counted
     assert reached_together(records, SEEDS) == (4, 2)
+
+
+def test_a_stream_that_failed_early_does_not_make_the_later_arrivals_late() -> None:
+    """A stream cancelled or failed 0.3 s in (a dropped connection) ended long before any stream
+    of the burst could complete: the streams that arrived after it did not wait for it."""
+    records = [record(100, 10.0, 10.3, state="cancelled"), record(101, 10.1, 10.4, "errored")]
+    records += [record(100 + i, 10.0 + 0.1 * i, 15.0 + 0.1 * i) for i in range(2, 6)]
+    assert reached_together(records, SEEDS) == (6, 0)
 
 
 def test_a_request_that_never_ended_does_not_hide_the_others() -> None:
