@@ -4,18 +4,19 @@
 of ``course`` (``labkit.grading.notebook_parts``: which cells run, and which checks are parts),
 with ids like ``nb08.adapter``, to stand beside ``proxy.py``'s checks in the same report.
 
-How they run: ``RUNNERS`` Python processes (``labkit.grading.notebook_runner``) side by side,
-each running its share of the learner's notebooks one after another (a notebook's checks mostly
-wait on the servers it started), each started the way the grader starts a learner's proxy
+How they run: one Python process per learner (``labkit.grading.notebook_runner``), which
+imports what the notebooks import once and then forks ``RUNNERS`` children, each running its
+share of the notebooks one after another (a notebook's checks mostly wait on the servers they
+started; the imports are most of the CPU). It is started the way the grader starts a proxy
 (``labkit.grading.isolation``: bubblewrap and a cgroup when the machine allows, a stripped
 environment, inside the grading worker's own network namespace). Its folder is a private copy
 holding only the learner's ``proxy.py`` (notebooks 11 to 13 serve it) and an empty
 ``notebooks/`` to run in; the cells themselves come in a plan file, so nothing else of the
 learner's, the instructor's or a classmate's is in reach. Each notebook has
 ``NOTEBOOK_BUDGET_S`` (stretched on a slow machine like every other budget): a notebook that
-overruns is stopped, its parts fail saying so, and the process starts again for the notebooks
-after it. When the process ends, whatever it left running dies with its PID namespace and
-cgroup, as a proxy's does.
+overruns is stopped (the whole process), its parts fail saying so, and the process starts
+again for the notebooks still to run. When the process ends, whatever it left running dies
+with its PID namespace and cgroup, as a proxy's does.
 
 What each part scores: the verdict its check printed (pass, fail with what the judge saw, or
 "not written yet" naming the part and its notebook); 0 with a reason when the notebook was not
@@ -36,8 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ from labkit.grading.notebook_parts import (
     Part,
     course_notebooks,
     learner_run,
-    read_learner,
+    notebook_cells,
 )
 from labkit.grading.report import SubmissionReport
 from labkit.grading.sandbox import clean_env
@@ -72,7 +72,7 @@ __all__ = [
 NOTEBOOK_BUDGET_S = 60.0  # one notebook's graded cells, at one CPU or more
 START_BUDGET_S = 30.0  # the runner's imports, before its first notebook starts
 POLL_S = 0.1
-RUNNERS = 2  # notebooks graded side by side for one learner
+RUNNERS = 2  # notebooks graded side by side for one learner (forked after the imports)
 # The notebooks serve the learner's proxy (two to four processes), nginx and a mock in one tree.
 NOTEBOOK_LIMITS = Limits(memory_bytes=1536 * MIB, processes=512)
 UPLOAD_HINT = "hand in notebooks/ beside proxy.py: `make submit` writes a zip of both."
@@ -141,7 +141,8 @@ def _from_verdict(part: Part, event: dict[str, Any]) -> CheckResult:
 def _no_verdict(part: Part, errors: list[str], why: str) -> CheckResult:
     verdict = f"the check did not run: {why}"
     evidence: dict[str, str] = {"error": errors[-1][:MAX_SAW]} if errors else {}
-    return CheckResult(part.id, False, verdict, evidence, _hint(part, "run every cell"))
+    hint = _hint(part, "run every cell top to bottom, each to its end")
+    return CheckResult(part.id, False, verdict, evidence, hint)
 
 
 class _Progress:
@@ -186,14 +187,38 @@ class _Progress:
                 by_name.setdefault(str(event.get("name", "")), event)
 
 
+@dataclass
+class _Round:
+    """One runner's run: each group's progress, and the notebook it was stopped in (if any)."""
+
+    progress: list[_Progress]
+    stopped: str | None = None
+    why: str = ""
+    killed: bool = False  # stopped by us: the other groups' notebooks in progress run again
+
+    @property
+    def started(self) -> set[str]:
+        return {name for p in self.progress for name in p.started}
+
+    @property
+    def done(self) -> set[str]:
+        return {name for p in self.progress for name in p.done}
+
+    def of(self, notebook: str) -> _Progress:
+        return next(p for p in self.progress if notebook in p.started)
+
+
 def _run_once(
-    runs: Sequence[NotebookRun], work: Path, isolation: Isolation, budget_s: float
-) -> tuple[_Progress, str | None, str]:
-    """One runner for ``runs``: its progress, the notebook it was stopped in (if any), and why."""
+    groups: Sequence[Sequence[NotebookRun]], work: Path, isolation: Isolation, budget_s: float
+) -> _Round:
+    """One runner for ``groups`` (run side by side, each one notebook after another)."""
     plan = work / "runs.json"
-    plan.write_text(json.dumps([run.to_json() for run in runs]), encoding="utf-8")
-    events = work / "events.jsonl"
-    events.unlink(missing_ok=True)
+    plan.write_text(
+        json.dumps([[run.to_json() for run in group] for group in groups]), encoding="utf-8"
+    )
+    events = work / "events"
+    for old in work.glob("events-*"):
+        old.unlink()
     cwd = work / "learner" / "notebooks"
     isolation.prepare([path for path in work.rglob("*")] + [work])
     command = [sys.executable, "-m", "labkit.grading.notebook_runner", str(plan), str(events)]
@@ -202,9 +227,7 @@ def _run_once(
     if cgroup is not None:
         wrapped = [*cgroup.join_prefix(), *wrapped]
     env = clean_env(cwd, {"MPLBACKEND": "Agg", "IPYTHONDIR": str(work / ".ipython")})
-    progress = _Progress(events)
-    stopped: str | None = None
-    why = ""
+    result = _Round([_Progress(Path(f"{events}-{n}.jsonl")) for n in range(len(groups))])
     process = subprocess.Popen(
         wrapped,
         cwd=cwd,
@@ -216,36 +239,44 @@ def _run_once(
     )
     born = time.monotonic()
     try:
-        while process.poll() is None:
+        while process.poll() is None and result.stopped is None:
             time.sleep(POLL_S)
-            progress.update()
             now = time.monotonic()
-            current = progress.current
-            if current is None and not progress.started and now - born > START_BUDGET_S:
-                stopped, why = runs[0].notebook, "the notebook runner did not start in time"
-            elif current is not None and now - progress.started[current] > budget_s:
-                stopped = current
-                why = f"its graded cells took longer than {budget_s:g} s and were stopped"
-            if stopped is not None:
-                os.killpg(process.pid, signal.SIGKILL)
-                break
-        process.wait()
+            for group, progress in zip(groups, result.progress, strict=True):
+                progress.update()
+                current = progress.current
+                if current is None and not progress.started and now - born > START_BUDGET_S:
+                    result.stopped = group[0].notebook
+                    result.why = "the notebook runner did not start in time"
+                elif current is not None and now - progress.started[current] > budget_s:
+                    result.stopped = current
+                    result.why = (
+                        f"its graded cells took longer than {budget_s:g} s and were stopped"
+                    )
+                if result.stopped is not None:
+                    result.killed = True
+                    break
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        process.wait()
         if cgroup is not None:
             exceeded = cgroup.memory_exceeded()
             cgroup.remove()
-            if exceeded and stopped is None:
+            if exceeded and result.stopped is None:
                 limit = NOTEBOOK_LIMITS.memory_bytes // MIB
-                why = f"the notebooks held more than {limit} MiB of memory and were stopped"
+                result.why = f"the notebooks held more than {limit} MiB of memory and were stopped"
         isolation.reap()
-    progress.update()
-    if stopped is None and progress.current is not None:
-        stopped = progress.current
-        why = why or f"the notebook's run ended early (exit status {process.returncode})"
-    return progress, stopped, why
+    for progress in result.progress:
+        progress.update()
+    if result.stopped is None:  # ended by itself with a notebook unfinished: that one failed
+        unfinished = [p.current for p in result.progress if p.current is not None]
+        if unfinished:
+            result.stopped = unfinished[0]
+            result.why = result.why or (
+                f"the notebook's run ended early (exit status {process.returncode})"
+            )
+    return result
 
 
 def grade_notebook_parts(
@@ -266,7 +297,7 @@ def grade_notebook_parts(
         try:
             if not path.is_file():
                 raise FileNotFoundError(path)
-            runs.append(learner_run(nb, read_learner(path.read_bytes(), path.name)))
+            runs.append(learner_run(nb, notebook_cells(path.read_bytes(), path.name)))
         except FileNotFoundError:
             for part in nb.parts:
                 results[part.id] = CheckResult(
@@ -292,27 +323,10 @@ def _run_all(
     proxy: Path | None,
     budget_s: float | None,
 ) -> dict[str, CheckResult]:
-    """``runs`` in ``RUNNERS`` runners side by side (each notebook waits on its servers more
-    than it computes), each with its own folder and sandbox."""
-    groups = [runs[n::RUNNERS] for n in range(RUNNERS) if runs[n::RUNNERS]]
-    results: dict[str, CheckResult] = {}
-    with ThreadPoolExecutor(len(groups)) as pool:
-        for found in pool.map(lambda group: _run_group(group, course, proxy, budget_s), groups):
-            results.update(found)
-    return results
-
-
-def _run_group(
-    runs: list[NotebookRun],
-    course: Sequence[CourseNotebook],
-    proxy: Path | None,
-    budget_s: float | None,
-) -> dict[str, CheckResult]:
-    """``runs`` one after another in one runner, started again after a notebook that had to be
-    stopped, for the notebooks after it."""
+    """``runs`` in one sandboxed runner, ``RUNNERS`` at a time; run again, for the notebooks
+    still to run, after one that had to be stopped."""
     parts = {nb.stem: nb.parts for nb in course}
     budget = (budget_s or NOTEBOOK_BUDGET_S) * budget_scale()
-    # a sandbox of its own: without bubblewrap, reaping kills every process of its user
     isolation = choose(NOTEBOOK_LIMITS)
     results: dict[str, CheckResult] = {}
     work = Path(tempfile.mkdtemp(prefix="labkit-notebooks-"))
@@ -322,27 +336,29 @@ def _run_group(
             shutil.copyfile(proxy, work / "learner" / "proxy.py")
         remaining = list(runs)
         while remaining:
-            progress, stopped, why = _run_once(remaining, work, isolation, budget)
+            groups = [remaining[n::RUNNERS] for n in range(RUNNERS) if remaining[n::RUNNERS]]
+            outcome = _run_once(groups, work, isolation, budget)
+            finished: set[str] = set()
             for run in remaining:
                 name = run.notebook
-                if name not in progress.started and name != stopped:
-                    continue
-                verdicts = progress.verdicts.get(name, {})
-                errors = progress.errors.get(name, [])
-                reason = why if name == stopped else "a cell before the check raised"
-                for part in parts[name]:
-                    if part.check in verdicts:
-                        results[part.id] = _from_verdict(part, verdicts[part.check])
-                    else:
-                        results[part.id] = _no_verdict(part, errors, reason)
-            ran = {run.notebook for run in remaining if run.notebook in progress.started}
-            ran |= {stopped} if stopped else set()
-            if not ran:  # nothing started: do not try again forever
+                if name in outcome.done or name == outcome.stopped:
+                    progress = outcome.of(name) if name in outcome.started else None
+                    verdicts = progress.verdicts.get(name, {}) if progress else {}
+                    errors = progress.errors.get(name, []) if progress else []
+                    reason = outcome.why if name == outcome.stopped else "a cell raised"
+                    for part in parts[name]:
+                        if part.check in verdicts:
+                            results[part.id] = _from_verdict(part, verdicts[part.check])
+                        else:
+                            results[part.id] = _no_verdict(part, errors, reason)
+                    finished.add(name)
+            if not finished:  # nothing ran to an end: do not try again forever
                 for run in remaining:
                     for part in parts[run.notebook]:
-                        results[part.id] = _no_verdict(part, [], why or "the runner did not start")
+                        why = outcome.why or "the runner ended before it"
+                        results[part.id] = _no_verdict(part, [], why)
                 break
-            remaining = [run for run in remaining if run.notebook not in ran]
+            remaining = [run for run in remaining if run.notebook not in finished]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return results

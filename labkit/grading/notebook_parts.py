@@ -42,9 +42,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import nbformat
-from IPython.core.inputtransformer2 import TransformerManager
-
 from labkit.regions import regions, strip_solutions
 
 __all__ = [
@@ -52,10 +49,12 @@ __all__ = [
     "SETUP_TAG",
     "CourseCell",
     "CourseNotebook",
+    "NotebookCell",
     "NotebookRun",
     "Part",
     "course_notebooks",
     "learner_run",
+    "notebook_cells",
     "part_id",
 ]
 
@@ -114,8 +113,15 @@ class NotebookRun:
 
 
 def _python(source: str) -> str:
-    """The cell as plain Python (IPython's ``%magic`` and ``!shell`` lines transformed)."""
-    return str(TransformerManager().transform_cell(source))  # type: ignore[no-untyped-call]
+    """The cell as plain Python: as it is when it parses, else with IPython's ``%magic`` and
+    ``!shell`` lines transformed (IPython is imported only then: it takes a second)."""
+    try:
+        ast.parse(source)
+        return source
+    except SyntaxError:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return str(TransformerManager().transform_cell(source))  # type: ignore[no-untyped-call]
 
 
 def _parse(source: str) -> ast.Module | None:
@@ -295,23 +301,50 @@ def _parts(stem: str, cells: Sequence[CourseCell]) -> tuple[Part, ...]:
     return tuple(parts)
 
 
+@dataclass(frozen=True)
+class NotebookCell:
+    """A code cell of a notebook file, as the grader reads it."""
+
+    source: str
+    cell_id: str = ""
+    tags: tuple[str, ...] = ()
+
+
+def notebook_cells(content: bytes, name: str) -> list[NotebookCell]:
+    """The code cells of the notebook file ``content`` (nbformat 4, read as JSON: nbformat's
+    validation would cost a second a notebook). Raises ``ValueError`` saying why it is not
+    one."""
+    try:
+        data = json.loads(content.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{name} is not a readable notebook ({exc})") from None
+    cells = data.get("cells") if isinstance(data, dict) else None
+    if not isinstance(cells, list):
+        raise ValueError(f"{name} has no cells: is it a notebook saved by JupyterLab?")
+    found: list[NotebookCell] = []
+    for cell in cells:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        text = "".join(map(str, source)) if isinstance(source, list) else str(source)
+        metadata = cell.get("metadata")
+        tags = metadata.get("tags", []) if isinstance(metadata, dict) else []
+        found.append(NotebookCell(text, str(cell.get("id", "")), tuple(map(str, tags or []))))
+    return found
+
+
 def course_notebook(path: Path) -> CourseNotebook | None:
     """The graded cells and parts of the instructor's notebook ``path``; ``None`` when it has
     no ``graded-check`` cell (nothing of it is graded this way)."""
-    nb = nbformat.read(path, as_version=4)
     cells: list[CourseCell] = []
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        tags = cell.get("metadata", {}).get("tags", [])
-        cell_id = str(cell.get("id", ""))
+    for cell in notebook_cells(path.read_bytes(), path.name):
         stubbed, count = strip_solutions(cell.source, kind="code", notebook=path.stem)
         if count:
-            cells.append(CourseCell("part", cell_id, stubbed, _owners(cell.source)))
-        elif CHECK_TAG in tags:
-            cells.append(CourseCell("check", cell_id, cell.source))
-        elif SETUP_TAG in tags:
-            cells.append(CourseCell("setup", cell_id, without_experiments(cell.source)))
+            cells.append(CourseCell("part", cell.cell_id, stubbed, _owners(cell.source)))
+        elif CHECK_TAG in cell.tags:
+            cells.append(CourseCell("check", cell.cell_id, cell.source))
+        elif SETUP_TAG in cell.tags:
+            cells.append(CourseCell("setup", cell.cell_id, without_experiments(cell.source)))
     if not any(cell.role == "check" for cell in cells):
         return None
     return CourseNotebook(path.stem, tuple(cells), _parts(path.stem, cells))
@@ -327,40 +360,25 @@ def _defines(source: str, name: str) -> bool:
     return bool(re.search(rf"^(?:async\s+def|def|class)\s+{re.escape(name)}\b", source, re.M))
 
 
-def _learner_cell(cells: Sequence[Any], course: CourseCell) -> str | None:
+def _learner_cell(cells: Sequence[NotebookCell], course: CourseCell) -> str | None:
     """The learner's source for ``course`` (a part cell), or ``None`` if no cell defines it."""
-    code = [cell for cell in cells if cell.get("cell_type") == "code"]
 
-    def holds(cell: Any) -> bool:
-        return all(_defines(str(cell.get("source", "")), name) for name in course.owners)
+    def holds(cell: NotebookCell) -> bool:
+        return all(_defines(cell.source, name) for name in course.owners)
 
-    same = [cell for cell in code if str(cell.get("id", "")) == course.cell_id and holds(cell)]
-    found = same or [cell for cell in code if holds(cell)]
-    return str(found[-1]["source"]) if found and course.owners else None
-
-
-def read_learner(content: bytes, name: str) -> Any:
-    """The learner's notebook from ``content``. Raises ``ValueError`` saying why it is not one
-    (not JSON, not a notebook nbformat reads)."""
-    try:
-        nb = nbformat.reads(content.decode("utf-8"), as_version=4)
-    except (UnicodeDecodeError, json.JSONDecodeError, nbformat.reader.NotJSONError) as exc:
-        raise ValueError(f"{name} is not a readable notebook ({exc})") from None
-    except Exception as exc:  # nbformat raises several kinds for a damaged notebook
-        raise ValueError(f"{name} could not be read ({type(exc).__name__})") from None
-    if not isinstance(nb.get("cells"), list):
-        raise ValueError(f"{name} has no cells")
-    return nb
+    same = [cell for cell in cells if cell.cell_id == course.cell_id and holds(cell)]
+    found = same or [cell for cell in cells if holds(cell)]
+    return found[-1].source if found and course.owners else None
 
 
-def learner_run(course: CourseNotebook, learner: Any) -> NotebookRun:
+def learner_run(course: CourseNotebook, learner: Sequence[NotebookCell]) -> NotebookRun:
     """The cells to run for ``learner``'s copy of ``course`` (see the module docstring)."""
     cells: list[tuple[Role, str]] = []
     taken: list[str] = []
     for cell in course.cells:
         source = cell.source
         if cell.role == "part":
-            mine = _learner_cell(learner.cells, cell)
+            mine = _learner_cell(learner, cell)
             if mine is not None:
                 source = without_experiments(mine)
                 taken += cell.owners

@@ -1,15 +1,18 @@
 """Run learners' notebook parts headless: the sandboxed child of ``labkit.grading.notebook_grader``.
 
-``python -m labkit.grading.notebook_runner RUNS EVENTS``
+``python -m labkit.grading.notebook_runner PLAN EVENTS``
 
-``RUNS`` is a JSON list of :class:`labkit.grading.notebook_parts.NotebookRun` (``notebook`` and
-its ``cells``, each ``[role, source]``). Each notebook runs in a fresh namespace of one IPython
-shell (not a Jupyter kernel: no ZMQ, no kernel start-up), so ``%magics`` work as they do in
-JupyterLab. Each verdict a check cell gives is appended to ``EVENTS`` as one JSON line by
-``NotebookChecks`` itself (``LABKIT_NOTEBOOK_VERDICTS``); this module adds ``start`` and
-``done`` around each notebook (the parent times each notebook by them) and a ``cell_error``
-for a cell that raised, which the parent shows when a check gave no verdict. What the cells
-print goes to ``EVENTS`` + ``.log``.
+``PLAN`` is a JSON list of groups, each a list of
+:class:`labkit.grading.notebook_parts.NotebookRun` (``notebook`` and its ``cells``, each
+``[role, source]``). The runner first imports what the instructor's cells import (OpenAI's and
+Anthropic's SDKs, jsonschema, matplotlib: seconds of CPU), then forks one child per group, so
+the groups run side by side on one set of imports. In a child, each notebook runs in a fresh
+namespace of one IPython shell (not a Jupyter kernel: no ZMQ, no kernel start-up), so
+``%magics`` work as they do in JupyterLab. Each verdict a check cell gives is appended to
+``EVENTS-N.jsonl`` (group N) as one JSON line by ``NotebookChecks`` itself
+(``LABKIT_NOTEBOOK_VERDICTS``); the runner adds ``start`` and ``done`` around each notebook
+(the parent times each notebook by them) and a ``cell_error`` for a cell that raised, which the
+parent shows when a check gave no verdict. What the cells print goes to ``EVENTS-N.jsonl.log``.
 
 Before the check cells run, ``check_proxy`` (notebook 09's check of ``proxy.py``, beside its own)
 is replaced by one that checks nothing: ``labkit grade`` grades ``proxy.py`` already.
@@ -17,13 +20,17 @@ is replaced by one that checks nothing: ``labkit grade`` grades ``proxy.py`` alr
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import importlib
 import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from labkit.notebook_checks import VERDICTS_ENV
 
 __all__ = ["main"]
 
@@ -42,22 +49,46 @@ def _described(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"[:500]
 
 
-def main(argv: list[str] | None = None) -> int:
-    runs_path, events_path = map(Path, (argv or sys.argv[1:])[:2])
-    runs = json.loads(runs_path.read_text(encoding="utf-8"))
-    os.environ["LABKIT_NOTEBOOK_VERDICTS"] = str(events_path)
-    os.environ.setdefault("MPLBACKEND", "Agg")
+def _imported(source: str) -> list[str]:
+    """The modules a cell imports at its top level (``import a.b``, ``from c import d``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    return names
+
+
+def _warm(groups: list[list[dict[str, Any]]]) -> None:
+    """Import what the instructor's cells import, once, before the groups fork."""
+    for group in groups:
+        for run in group:
+            for role, source in run["cells"]:
+                if role == "part":
+                    continue  # the learner's imports happen in their own cell
+                for name in _imported(source):
+                    with contextlib.suppress(Exception):
+                        importlib.import_module(name)
+
+
+def _run_group(group: list[dict[str, Any]], events: Path) -> None:
+    os.environ[VERDICTS_ENV] = str(events)
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
     with (
-        open(f"{events_path}.log", "a", encoding="utf-8") as log,
+        open(f"{events}.log", "a", encoding="utf-8") as log,
         contextlib.redirect_stdout(log),
         contextlib.redirect_stderr(log),
     ):
-        for run in runs:
+        for run in group:
             notebook = run["notebook"]
-            _event(events_path, event="start", notebook=notebook)
+            _event(events, event="start", notebook=notebook)
             shell.reset(new_session=False)  # type: ignore[no-untyped-call]
             for role, source in run["cells"]:
                 if role == "check":
@@ -69,14 +100,39 @@ def main(argv: list[str] | None = None) -> int:
                 error = result.error_before_exec or result.error_in_exec
                 if error is not None:
                     _event(
-                        events_path,
+                        events,
                         event="cell_error",
                         notebook=notebook,
                         role=role,
                         error=_described(error),
                     )
                 log.flush()
-            _event(events_path, event="done", notebook=notebook)
+            _event(events, event="done", notebook=notebook)
+
+
+def main(argv: list[str] | None = None) -> int:
+    plan, events = map(Path, (argv or sys.argv[1:])[:2])
+    groups: list[list[dict[str, Any]]] = json.loads(plan.read_text(encoding="utf-8"))
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    import IPython.core.interactiveshell  # noqa: F401  (warm: every group needs it)
+
+    _warm(groups)
+    if len(groups) == 1:
+        _run_group(groups[0], Path(f"{events}-0.jsonl"))
+        return 0
+    children = []
+    for n, group in enumerate(groups):
+        pid = os.fork()
+        if pid == 0:  # the child runs its group and leaves without the parent's cleanup
+            code = 1
+            try:
+                _run_group(group, Path(f"{events}-{n}.jsonl"))
+                code = 0
+            finally:
+                os._exit(code)
+        children.append(pid)
+    for pid in children:
+        os.waitpid(pid, 0)
     return 0
 
 

@@ -18,6 +18,7 @@ import tomllib
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
@@ -28,7 +29,12 @@ import labkit.checks
 from labkit.checks import CHECK_IDS
 from labkit.grading.isolation import choose
 from labkit.grading.notebook_grader import UPLOAD_HINT, grade_notebook_parts
-from labkit.grading.notebook_parts import CourseNotebook, course_notebooks, learner_run
+from labkit.grading.notebook_parts import (
+    CourseNotebook,
+    course_notebooks,
+    learner_run,
+    notebook_cells,
+)
 from labkit.grading.report import SubmissionReport, feedback_markdown
 from labkit.grading.roster import Submission, find_submissions, grade_in_worker
 from labkit.grading.rubric import Rubric, RubricError
@@ -91,9 +97,13 @@ def test_a_learner_run_takes_the_part_cells_from_the_learner_and_the_rest_from_t
 ) -> None:
     make_student_copies(ROOT / "notebooks", tmp_path)
     nb12 = _only(course, "12")[0]
-    learner = nbformat.read(tmp_path / f"{nb12.stem}.ipynb", as_version=4)
-    next_state = next(c for c in learner.cells if "def next_state" in c.source)
-    next_state.source += "\n\nLEARNER_MARK = 1\n"
+    learner = notebook_cells((tmp_path / f"{nb12.stem}.ipynb").read_bytes(), nb12.stem)
+    learner = [
+        replace(c, source=c.source + "\n\nLEARNER_MARK = 1\n")
+        if "def next_state" in c.source
+        else c
+        for c in learner
+    ]
     run = learner_run(nb12, learner)
     roles = [role for role, _ in run.cells]
     assert roles.count("part") == 3 and roles.count("check") == 2
@@ -109,9 +119,9 @@ def test_a_part_the_learner_deleted_runs_as_its_stub(
     course: list[CourseNotebook], tmp_path: Path
 ) -> None:
     nb13 = _only(course, "13")[0]
-    learner = nbformat.read(ROOT / "notebooks" / f"{nb13.stem}.ipynb", as_version=4)
-    learner.cells = [c for c in learner.cells if "def streaming_location" not in c.source]
-    run = learner_run(nb13, learner)
+    path = ROOT / "notebooks" / f"{nb13.stem}.ipynb"
+    learner = notebook_cells(path.read_bytes(), path.name)
+    run = learner_run(nb13, [c for c in learner if "def streaming_location" not in c.source])
     part = next(source for role, source in run.cells if role == "part")
     assert "Write this part yourself: streaming_location, in notebook 13_nginx" in part
     assert run.taken == ()
@@ -361,3 +371,29 @@ def test_a_proxy_file_alone_scores_zero_on_each_part_saying_what_to_upload(
     assert "| nb08.adapter | failed | not handed in: only proxy.py was;" in feedback
     back = SubmissionReport.from_json(json.loads(json.dumps(report.to_json())), Rubric())
     assert back.score == report.score and back.max_score == 100
+
+
+@pytest.mark.sockets
+@pytest.mark.slow
+def test_a_notebook_that_overruns_its_time_is_stopped_and_the_others_still_graded(
+    course: list[CourseNotebook], tmp_path: Path
+) -> None:
+    learner = _learner(tmp_path)
+    _edit_cell(
+        learner / "notebooks" / "08_providers_and_normalisation.ipynb",
+        "def to_openai",
+        "FINISH = {",
+        "while True:  # a part cell that never ends\n    pass\n\nFINISH = {",
+    )
+    # 08 and 11 share a runner and 09 has the other: 11 runs only once 08 has been stopped
+    rows = grade_notebook_parts(
+        learner / "notebooks",
+        _only(course, "08", "09", "11"),
+        proxy=learner / "proxy.py",
+        budget_s=20,
+    )
+    outcomes = {r.id: r.passed for r in rows}
+    assert outcomes == {i: not i.startswith("nb08") for i in outcomes}, rows
+    stopped = next(r for r in rows if r.id == "nb08.adapter")
+    assert stopped.verdict.startswith("the check did not run: its graded cells took longer")
+    assert stopped.verdict.endswith(" s and were stopped"), stopped
