@@ -105,7 +105,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 unit: $(STAMP)
-	$(BIN)/pytest tests
+	$(BIN)/pytest tests --durations=30
 
 nbval: $(STAMP)
 ifneq ($(NOTEBOOKS),)
