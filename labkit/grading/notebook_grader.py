@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,6 @@ from labkit.grading.notebook_parts import (
     learner_run,
     notebook_cells,
 )
-from labkit.grading.report import SubmissionReport
 from labkit.grading.sandbox import clean_env
 
 __all__ = [
@@ -65,12 +64,13 @@ __all__ = [
     "course_dir",
     "grade_notebook_parts",
     "not_graded",
+    "notebook_rows",
     "notebook_time_limit_s",
-    "with_notebook_parts",
 ]
 
 NOTEBOOK_BUDGET_S = 60.0  # one notebook's graded cells, at one CPU or more
-START_BUDGET_S = 30.0  # the runner's imports, before its first notebook starts
+START_BUDGET_S = 60.0  # the runner's imports, before its first notebook starts
+NICENESS = 10  # below the proxy's checks, which run beside the notebooks and are timed
 POLL_S = 0.1
 RUNNERS = 2  # notebooks graded side by side for one learner (forked after the imports)
 # The notebooks serve the learner's proxy (two to four processes), nginx and a mock in one tree.
@@ -211,6 +211,7 @@ class _Round:
 def _run_once(
     groups: Sequence[Sequence[NotebookRun]], work: Path, isolation: Isolation, budget_s: float
 ) -> _Round:
+    start_s = START_BUDGET_S * budget_scale()
     """One runner for ``groups`` (run side by side, each one notebook after another)."""
     plan = work / "runs.json"
     plan.write_text(
@@ -226,6 +227,8 @@ def _run_once(
     wrapped = isolation.wrap(command, cgroup=cgroup, writable=[work])
     if cgroup is not None:
         wrapped = [*cgroup.join_prefix(), *wrapped]
+    if nice := shutil.which("nice"):
+        wrapped = [nice, "-n", str(NICENESS), *wrapped]
     env = clean_env(cwd, {"MPLBACKEND": "Agg", "IPYTHONDIR": str(work / ".ipython")})
     result = _Round([_Progress(Path(f"{events}-{n}.jsonl")) for n in range(len(groups))])
     process = subprocess.Popen(
@@ -239,16 +242,20 @@ def _run_once(
     )
     born = time.monotonic()
     try:
-        while process.poll() is None and result.stopped is None:
+        while process.poll() is None and not result.killed:
             time.sleep(POLL_S)
             now = time.monotonic()
-            for group, progress in zip(groups, result.progress, strict=True):
+            for progress in result.progress:
                 progress.update()
+            if not result.started and now - born > start_s:
+                result.killed = True  # no notebook is to blame: each fails saying so
+                result.why = (
+                    f"the notebook runner did not start within {start_s:g} s (the grading "
+                    "machine was overloaded): grade this submission again"
+                )
+            for progress in result.progress:
                 current = progress.current
-                if current is None and not progress.started and now - born > START_BUDGET_S:
-                    result.stopped = group[0].notebook
-                    result.why = "the notebook runner did not start in time"
-                elif current is not None and now - progress.started[current] > budget_s:
+                if current is not None and now - progress.started[current] > budget_s:
                     result.stopped = current
                     result.why = (
                         f"its graded cells took longer than {budget_s:g} s and were stopped"
@@ -269,7 +276,7 @@ def _run_once(
         isolation.reap()
     for progress in result.progress:
         progress.update()
-    if result.stopped is None:  # ended by itself with a notebook unfinished: that one failed
+    if result.stopped is None and not result.killed:  # it ended with a notebook unfinished
         unfinished = [p.current for p in result.progress if p.current is not None]
         if unfinished:
             result.stopped = unfinished[0]
@@ -364,15 +371,7 @@ def _run_all(
     return results
 
 
-def with_notebook_parts(
-    report: SubmissionReport, course: Path, notebooks: Path | None, proxy: Path
-) -> SubmissionReport:
-    """``report`` (``proxy.py``'s) with a row for each in-notebook part of the instructor's
-    notebooks in ``course``, graded from the learner's ``notebooks`` folder."""
-    started = time.monotonic()
-    rows = grade_notebook_parts(notebooks, course_notebooks(course), proxy=proxy)
-    return replace(
-        report,
-        results=[*report.results, *rows],
-        elapsed_s=report.elapsed_s + time.monotonic() - started,
-    )
+def notebook_rows(course: Path, notebooks: Path | None, proxy: Path) -> list[CheckResult]:
+    """A row for each in-notebook part of the instructor's notebooks in ``course``, graded
+    from the learner's ``notebooks`` folder and their ``proxy``."""
+    return grade_notebook_parts(notebooks, course_notebooks(course), proxy=proxy)

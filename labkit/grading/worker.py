@@ -4,7 +4,7 @@
 [--engine URL] [--course DIR [--notebooks DIR]]``
 
 With ``--course`` (the instructor's notebooks) the learner's in-notebook parts are graded too,
-after ``proxy.py``, from their notebooks in ``--notebooks`` (none given: they handed in
+beside ``proxy.py``'s checks, from their notebooks in ``--notebooks`` (none given: they handed in
 ``proxy.py`` alone, and each part scores 0 saying what to upload); see
 ``labkit.grading.notebook_grader``.
 
@@ -27,13 +27,15 @@ import argparse
 import asyncio
 import json
 import sys
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from labkit.errors import LabkitError
 from labkit.grading.grader import agrade_file
 from labkit.grading.network import Network, enter_own_namespace
+from labkit.grading.report import SubmissionReport
 from labkit.grading.rubric import Rubric
 
 __all__ = ["OutcomeKind", "WorkerOutcome", "main"]
@@ -66,6 +68,28 @@ class WorkerOutcome:
         return cls(data["kind"], report, error)
 
 
+async def _grade(args: argparse.Namespace, rubric: Rubric, network: Network) -> SubmissionReport:
+    """``proxy.py``'s checks and, with ``--course``, the notebook parts beside them (the
+    notebooks' checks mostly wait on their own servers, as the proxy's do)."""
+    started = time.monotonic()
+    graded = agrade_file(
+        args.file,
+        rubric,
+        name=args.name,
+        only=args.only,
+        engine_url=args.engine,
+        network=network,
+    )
+    if not args.course:
+        return await graded
+    from labkit.grading.notebook_grader import notebook_rows  # IPython: only here
+
+    notebooks = Path(args.notebooks) if args.notebooks else None
+    rows = asyncio.to_thread(notebook_rows, Path(args.course), notebooks, Path(args.file))
+    report, parts = await asyncio.gather(graded, rows)
+    return replace(report, results=[*report.results, *parts], elapsed_s=time.monotonic() - started)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labkit.grading.worker")
     parser.add_argument("file")
@@ -83,25 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             else enter_own_namespace()
         )
         rubric = Rubric.load(args.rubric)
-        report = asyncio.run(
-            agrade_file(
-                args.file,
-                rubric,
-                name=args.name,
-                only=args.only,
-                engine_url=args.engine,
-                network=network,
-            )
-        )
-        if args.course:
-            from labkit.grading.notebook_grader import with_notebook_parts  # IPython: only here
-
-            report = with_notebook_parts(
-                report,
-                Path(args.course),
-                Path(args.notebooks) if args.notebooks else None,
-                Path(args.file),
-            )
+        report = asyncio.run(_grade(args, rubric, network))
     except (LabkitError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.stdout.write(WorkerOutcome("setup_error", error=str(exc)).to_json() + "\n")

@@ -397,3 +397,18 @@ def test_a_notebook_that_overruns_its_time_is_stopped_and_the_others_still_grade
     stopped = next(r for r in rows if r.id == "nb08.adapter")
     assert stopped.verdict.startswith("the check did not run: its graded cells took longer")
     assert stopped.verdict.endswith(" s and were stopped"), stopped
+
+
+@pytest.mark.sockets
+@pytest.mark.slow
+def test_a_roster_entry_with_notebooks_is_graded_on_its_proxy_and_its_parts_in_one_report(
+    tmp_path: Path,
+) -> None:
+    learner = _learner(tmp_path)
+    (entry,) = find_submissions([tmp_path])
+    assert entry.learner == "learner" and entry.parts
+    report = grade_in_worker(entry, Rubric(), only=["trickle"])
+    assert [r.id for r in report.results] == ["trickle", *PART_IDS]
+    assert report.score == report.max_score == 100, report.to_json()
+    assert report.points["trickle"] == 75 and report.points["nb13.location"] == 25 / 17
+    assert learner.is_dir()
