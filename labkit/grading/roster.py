@@ -236,6 +236,12 @@ def _failed(
         CheckResult(i, False, "not run: grading was stopped", {}, "see the problem above.")
         for i in ids
     ]
+    if submission.parts:  # the parts too, so that every learner's total is out of the same
+        from labkit.grading.notebook_grader import course_dir, not_graded
+        from labkit.grading.notebook_parts import course_notebooks
+
+        course = course_notebooks(course_dir())
+        results += not_graded(course, "not run: grading was stopped", "see the problem above.")
     return SubmissionReport(
         submission.learner, str(submission.path), results, rubric, problem, elapsed
     )

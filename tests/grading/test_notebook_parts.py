@@ -35,8 +35,8 @@ from labkit.grading.notebook_parts import (
     learner_run,
     notebook_cells,
 )
-from labkit.grading.report import SubmissionReport, feedback_markdown
-from labkit.grading.roster import Submission, find_submissions, grade_in_worker
+from labkit.grading.report import Problem, SubmissionReport, feedback_markdown
+from labkit.grading.roster import Submission, _failed, find_submissions, grade_in_worker
 from labkit.grading.rubric import Rubric, RubricError
 from labkit.student import make_student_copies
 
@@ -175,6 +175,16 @@ def test_a_roster_entry_with_notebooks_grades_every_learners_parts(tmp_path: Pat
 def test_a_roster_of_proxy_files_alone_grades_no_notebook_parts(tmp_path: Path) -> None:
     shutil.copyfile(REFERENCE, tmp_path / "bob.py")
     assert [s.parts for s in find_submissions([tmp_path])] == [False]
+
+
+def test_a_grading_stopped_by_its_time_limit_still_lists_every_part() -> None:
+    stopped = Problem("submission_timeout", "grading did not finish within 400 s")
+    with_parts = Submission("ada", REFERENCE, None, parts=True)
+    report = _failed(with_parts, Rubric(), ["trickle"], stopped, 400.0)
+    assert [r.id for r in report.results] == ["trickle", *PART_IDS]
+    assert report.score == 0 and report.max_score == 100
+    alone = _failed(Submission("bob", REFERENCE), Rubric(), ["trickle"], stopped, 400.0)
+    assert [r.id for r in alone.results] == ["trickle"]
 
 
 # --- sandboxed runs ---------------------------------------------------------------------------
