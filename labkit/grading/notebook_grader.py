@@ -145,6 +145,25 @@ def _no_verdict(part: Part, errors: list[str], why: str) -> CheckResult:
     return CheckResult(part.id, False, verdict, evidence, hint)
 
 
+def _well_formed(event: dict[str, Any]) -> bool:
+    """Whether a verdict line has the shape ``NotebookChecks`` writes (the file is in the
+    learner's sandbox: anything else in it is not read)."""
+    missing = event.get("missing")
+    return (
+        isinstance(event.get("name"), str)
+        and isinstance(event.get("passed"), bool)
+        and isinstance(event.get("verdict"), str)
+        and isinstance(event.get("saw"), str)
+        and isinstance(missing, list)
+        and all(
+            isinstance(m, dict)
+            and isinstance(m.get("part"), str)
+            and isinstance(m.get("notebook"), str)
+            for m in missing
+        )
+    )
+
+
 class _Progress:
     """What the runner reported so far, read from its events file."""
 
@@ -182,9 +201,9 @@ class _Progress:
                 self.current = None
             elif kind == "cell_error" and self.current is not None:
                 self.errors.setdefault(self.current, []).append(str(event.get("error", "")))
-            elif kind == "verdict" and self.current is not None:
+            elif kind == "verdict" and self.current is not None and _well_formed(event):
                 by_name = self.verdicts.setdefault(self.current, {})
-                by_name.setdefault(str(event.get("name", "")), event)
+                by_name.setdefault(event["name"], event)
 
 
 @dataclass

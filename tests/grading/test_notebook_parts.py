@@ -28,7 +28,7 @@ from folder_reports import PATTERN, REPORTER
 import labkit.checks
 from labkit.checks import CHECK_IDS
 from labkit.grading.isolation import choose
-from labkit.grading.notebook_grader import UPLOAD_HINT, grade_notebook_parts
+from labkit.grading.notebook_grader import UPLOAD_HINT, _Progress, grade_notebook_parts
 from labkit.grading.notebook_parts import (
     CourseNotebook,
     course_notebooks,
@@ -185,6 +185,24 @@ def test_a_grading_stopped_by_its_time_limit_still_lists_every_part() -> None:
     assert report.score == 0 and report.max_score == 100
     alone = _failed(Submission("bob", REFERENCE), Rubric(), ["trickle"], stopped, 400.0)
     assert [r.id for r in alone.results] == ["trickle"]
+
+
+def test_lines_in_the_verdicts_file_not_shaped_as_a_verdict_are_not_read(tmp_path: Path) -> None:
+    """The file is written inside the learner's sandbox: a malformed line must not crash the
+    grader, and is left out."""
+    events = tmp_path / "events-0.jsonl"
+    good = {"name": "b", "passed": False, "verdict": "v", "saw": "s", "missing": []}
+    lines = [
+        {"event": "start", "notebook": "08_x"},
+        {"event": "verdict", **good, "name": "a", "missing": 5},
+        [1],
+        {"event": "verdict", **good},
+        {"event": "done", "notebook": "08_x"},
+    ]
+    events.write_text("\n".join(map(json.dumps, lines)) + "\nnot json\n")
+    progress = _Progress(events)
+    progress.update()
+    assert list(progress.verdicts["08_x"]) == ["b"] and progress.done == {"08_x"}
 
 
 # --- sandboxed runs ---------------------------------------------------------------------------
