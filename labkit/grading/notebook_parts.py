@@ -17,13 +17,14 @@ Which cells run, for one notebook, in the notebook's order:
   the last code cell that does, its experiments left out as above. When none does, the
   instructor's cell with its regions stubbed runs instead, so the check says "not written yet".
 * **check**: the instructor's cells tagged ``graded-check``, as they are: the judges are the
-  instructor's, so a learner cannot edit one to pass.
+  instructor's, so a learner cannot edit one to pass (what their code can do to a judge from
+  inside the same process is ``labkit.grading.notebook_grader``'s last paragraph).
 
 Every other cell (plots, timings, the learner's own experiments) is not run, and of the setup
 cells' top-level statements, a value no cell reads (a capture for a plot, a proxy started for
-an experiment) and a ``print`` are left out too. The learner's
-notebook supplies only the part cells' source; everything else comes from the instructor's
-notebook, with any solution region stubbed, so that no solution reaches the sandbox.
+an experiment) and a ``print`` are left out too. The learner's notebook supplies only the part
+cells' source; everything else comes from the instructor's notebook, with any solution region
+stubbed, so that no solution reaches the sandbox.
 
 A *part* (one graded row) is one ``checks.check(name, ..., needs=...)`` call of a check cell
 whose ``needs`` name a function or class of a part cell (directly, or through a tuple assigned
