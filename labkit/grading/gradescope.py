@@ -34,9 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from labkit.checks import CheckResult
-from labkit.checks.catalogue import BY_ID
 from labkit.errors import NotGradable
-from labkit.grading.report import SubmissionReport, feedback_markdown
+from labkit.grading.report import SubmissionReport, feedback_markdown, summary_of
 from labkit.grading.roster import Submission, grade_in_worker
 from labkit.grading.rubric import Rubric
 
@@ -146,7 +145,7 @@ def _evidence(result: CheckResult) -> str:
 def _test(report: SubmissionReport, result: CheckResult) -> dict[str, Any]:
     """One Gradescope test for ``result``, worth what ``report.points`` gives it."""
     available = report.points.get(result.id, 0.0)
-    name = f"{result.id}: {BY_ID[result.id].summary}"
+    name = f"{result.id}: {summary_of(result.id)}"
     output = result.verdict + (f"\nwarning: {result.warning}" if result.warning else "")
     if result.status == "failed":
         output += f"\nObserved: {_evidence(result)}\nWhat to change: {result.hint}"

@@ -22,14 +22,14 @@ __all__ = [
     "SubmissionReport",
     "csv_row",
     "feedback_markdown",
-    "gradescope_results",
     "render_table",
+    "summary_of",
 ]
 
 SUMMARIES = {check.id: check.summary for check in BY_ID.values()}
 
 
-def _summary(check_id: str) -> str:
+def summary_of(check_id: str) -> str:
     """A check's summary; for an in-notebook part (``nb08.adapter``), the notebook it is in."""
     known = SUMMARIES.get(check_id)
     return known if known is not None else f"written in notebook {check_id[2:4]}"
@@ -225,7 +225,7 @@ def feedback_markdown(report: SubmissionReport, similarity: SimilarityRow | None
         lines += ["## What to fix", ""]
         for result in failed:
             lines += [
-                f"### {result.id}: {_summary(result.id)}",
+                f"### {result.id}: {summary_of(result.id)}",
                 "",
                 f"- **Verdict**: {result.verdict}",
                 *_warning_items(result),
@@ -238,7 +238,7 @@ def feedback_markdown(report: SubmissionReport, similarity: SimilarityRow | None
         lines += ["## Passed, with a warning", ""]
         for result in warned:
             lines += [
-                f"### {result.id}: {_summary(result.id)}",
+                f"### {result.id}: {summary_of(result.id)}",
                 "",
                 f"- **Verdict**: {result.verdict}",
                 *_warning_items(result),
@@ -275,45 +275,6 @@ def feedback_markdown(report: SubmissionReport, similarity: SimilarityRow | None
     for result in report.results:
         lines.append(f"| {result.id} | {result.outcome} | {result.verdict} |")
     return "\n".join(lines) + "\n"
-
-
-def gradescope_results(report: SubmissionReport) -> dict[str, Any]:
-    """Gradescope's ``results.json``: total score and one test per check."""
-    tests = []
-    for result in report.results:
-        if result.skipped and not result.inconclusive:
-            continue
-        output = result.verdict + (f"\nwarning: {result.warning}" if result.warning else "")
-        if result.status == "failed":
-            output += f"\nObserved: {_evidence_text(result)}\nWhat to change: {result.hint}"
-        elif result.warning and not result.skipped:
-            output += f"\nObserved: {_evidence_text(result)}"
-        if result.inconclusive:
-            output += (
-                f"\nObserved: {_evidence_text(result)}\nThe grader's machine was too slow "
-                "to decide this check; it never counts against you."
-            )
-        available = report.points.get(result.id, 0.0)
-        tests.append(
-            {
-                "name": f"{result.id}: {_summary(result.id)}",
-                "score": round(available if report.earned(result) else 0.0, 2),
-                "max_score": round(available, 2),
-                "status": "failed" if result.status == "failed" else "passed",
-                "output": output,
-                "visibility": "visible",
-            }
-        )
-    results: dict[str, Any] = {
-        "score": report.score,
-        "execution_time": round(report.elapsed_s),
-        "visibility": "visible",
-        "stdout_visibility": "hidden",
-        "tests": tests,
-    }
-    if report.problem is not None:
-        results["output"] = report.problem.message
-    return results
 
 
 SIMILARITY_FIELDS = (

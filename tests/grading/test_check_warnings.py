@@ -12,7 +12,6 @@ from labkit.grading.gradescope import results_for
 from labkit.grading.report import (
     SubmissionReport,
     feedback_markdown,
-    gradescope_results,
     render_table,
 )
 from labkit.grading.rubric import Rubric
@@ -59,11 +58,10 @@ def test_the_feedback_lists_a_passed_check_with_a_warning() -> None:
 
 
 def test_gradescope_outputs_show_the_warning_under_the_verdict() -> None:
-    for results in (results_for(_report()), gradescope_results(_report())):
-        [test] = [t for t in results["tests"] if t["name"].startswith("trickle")]
-        assert test["status"] == "passed"
-        assert test["output"].startswith(f"tokens reach the client\nwarning: {BATCHED}\n")
-        assert "Observed: client_max_gap_ms=201" in test["output"]
+    [test] = [t for t in results_for(_report())["tests"] if t["name"].startswith("trickle")]
+    assert test["status"] == "passed"
+    assert test["output"].startswith(f"tokens reach the client\nwarning: {BATCHED}\n")
+    assert "Observed: client_max_gap_ms=201" in test["output"]
 
 
 def test_json_keeps_the_warning_and_reads_reports_written_without_one() -> None:
@@ -75,3 +73,10 @@ def test_json_keeps_the_warning_and_reads_reports_written_without_one() -> None:
     again = SubmissionReport.from_json(data, report.rubric)
     assert [r.warning for r in again.results] == ["", ""]
     assert again.result("cancel") == FAILED
+
+
+def test_gradescope_names_an_in_notebook_part_by_its_notebook() -> None:
+    part = CheckResult("nb08.adapter", True, "the adapter maps every event", {}, "")
+    report = SubmissionReport("ana", "ana", [part], Rubric())
+    [test] = results_for(report)["tests"]
+    assert test["name"] == "nb08.adapter: written in notebook 08"

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from labkit.checks import CheckResult
 from labkit.grading.class_results import summary_chart
+from labkit.grading.gradescope import results_for
 from labkit.grading.report import (
     SubmissionReport,
     csv_row,
     feedback_markdown,
-    gradescope_results,
     render_table,
 )
 from labkit.grading.rubric import Rubric
@@ -52,7 +52,7 @@ def test_table_shows_verdicts_then_what_was_seen_and_what_to_change() -> None:
 
 
 def test_gradescope_results_have_one_test_per_counted_check() -> None:
-    results = gradescope_results(make_report())
+    results = results_for(make_report())
     assert results["score"] == 5.0
     assert [t["status"] for t in results["tests"]] == ["passed", "failed"]
     failed = results["tests"][1]
