@@ -206,6 +206,19 @@ def render_table(report: SubmissionReport, *, evidence: bool = True) -> str:
     return "\n".join(lines)
 
 
+def _feedback_section(result: CheckResult, *more: str) -> list[str]:
+    """One check's section of the feedback: its verdict, warning and evidence, then ``more``."""
+    return [
+        f"### {result.id}: {summary_of(result.id)}",
+        "",
+        f"- **Verdict**: {result.verdict}",
+        *_warning_items(result),
+        f"- **Observed**: {_evidence_text(result) or 'nothing measurable'}",
+        *more,
+        "",
+    ]
+
+
 def feedback_markdown(report: SubmissionReport, similarity: SimilarityRow | None = None) -> str:
     """What a learner gets back: each failed check with what was observed and what to change,
     and a neutral note if ``similarity`` flags the code as a near-copy (naming nobody: the
@@ -224,27 +237,12 @@ def feedback_markdown(report: SubmissionReport, similarity: SimilarityRow | None
     if failed and report.problem is None:
         lines += ["## What to fix", ""]
         for result in failed:
-            lines += [
-                f"### {result.id}: {summary_of(result.id)}",
-                "",
-                f"- **Verdict**: {result.verdict}",
-                *_warning_items(result),
-                f"- **Observed**: {_evidence_text(result) or 'nothing measurable'}",
-                f"- **What to change**: {result.hint}",
-                "",
-            ]
+            lines += _feedback_section(result, f"- **What to change**: {result.hint}")
     warned = [r for r in report.results if r.status == "passed" and r.warning]
     if warned and report.problem is None:
         lines += ["## Passed, with a warning", ""]
         for result in warned:
-            lines += [
-                f"### {result.id}: {summary_of(result.id)}",
-                "",
-                f"- **Verdict**: {result.verdict}",
-                *_warning_items(result),
-                f"- **Observed**: {_evidence_text(result) or 'nothing measurable'}",
-                "",
-            ]
+            lines += _feedback_section(result)
     if report.inconclusive:
         lines += ["## Not decided on the grader's machine", ""]
         lines += [
