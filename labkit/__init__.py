@@ -18,12 +18,13 @@ later one; tests/labkit_core/test_layers.py reads this list and enforces it):
     core: errors wire sse scrape _blocking _ssl _decompress _capture_model _recorder
           capture servers regions packaging stream_gateway
     services: engine upstream chat plots
-    checks: checks
+    checks: checks notebook_checks
     grading: grading
-    surface: proxy_file student doctor cli notebook_checks
+    surface: proxy_file student doctor cli
 
 The core is formats, capture and processes; services run an engine, a mock or a page on it;
-checks observe a proxy through them; grading runs the checks on submissions; the surface is
+checks observe a proxy through them (notebook_checks judges the parts written in the notebooks,
+and records its verdicts for the grader); grading runs the checks on submissions; the surface is
 what the notebooks, the command line and the learner bundle use.
 """
 
