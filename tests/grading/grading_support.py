@@ -19,23 +19,34 @@ BROKEN_DIR = Path(__file__).parent / "broken"
 VARIANTS = sorted(p.stem for p in BROKEN_DIR.glob("*.py"))
 
 
-def variant(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"broken_{name}", BROKEN_DIR / f"{name}.py")
+def patch_module(folder: Path, name: str) -> ModuleType:
+    """``folder/name.py``, loaded: a module with ``PATCHES`` (and, in ``broken/``, ``FAILS``)."""
+    spec = importlib.util.spec_from_file_location(f"{folder.name}_{name}", folder / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def broken_source(name: str) -> str:
-    """The reference with ``name``'s patches applied; fails loudly if a patch no longer fits."""
+def patched_reference(folder: Path, name: str) -> str:
+    """The reference with ``folder/name.py``'s patches applied; fails loudly if a patch no
+    longer fits."""
     source = REFERENCE.read_text(encoding="utf-8")
-    for patch in variant(name).PATCHES:
+    for patch in patch_module(folder, name).PATCHES:
         old, new, count = (*patch, 1) if len(patch) == 2 else patch
         found = source.count(old)
         assert found == count, f"{name}: {old!r} is in the reference {found} times, not {count}"
         source = source.replace(old, new)
     return source
+
+
+def variant(name: str) -> ModuleType:
+    return patch_module(BROKEN_DIR, name)
+
+
+def broken_source(name: str) -> str:
+    """The reference with ``broken/name.py``'s patches applied."""
+    return patched_reference(BROKEN_DIR, name)
 
 
 def write_variant(name: str, folder: Path) -> Path:
