@@ -46,6 +46,11 @@ while the client gets no CPU to read: the machine was too slow to reach either c
 Run this check on a mock upstream of its own: at full speed it slows down any other
 experiment sharing that mock (``arun_checks`` runs it after the others, and below two CPUs
 after every other lane in its event loop, see ``labkit.checks.runner``).
+
+``observe_backpressure`` runs the experiment and returns what it saw (``BackpressureEvidence``);
+``judge_backpressure`` holds every rule, pure, so the rules are tested on constructed samples
+in process (tests/grading/test_judges_backpressure.py). The watch stops on the same rules
+(``watch_outcome``) that the judge reads its verdict from.
 """
 
 from __future__ import annotations
@@ -55,13 +60,14 @@ import contextlib
 import socket
 import time
 from dataclasses import dataclass, field
+from typing import Literal
 
 import httpx
 import psutil
 
 from labkit.capture import SLOW_READER_RCVBUF
 from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished, ms
-from labkit.checks.machine import budget_scale
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 from labkit.sse import SSEDecoder, SSEEvent
 from labkit.wire import interpret_event
@@ -73,6 +79,7 @@ SEED = 5001
 TOKENS = 400_000  # ~43 MB of events: four times what the socket buffers held at most
 SCENARIO = {"ttft_ms": 0, "tps": 100_000, "tokens": TOKENS}
 WINDOW_S = 20.0  # at one CPU or more; up to twice as long below (``window_s``)
+MAX_WINDOW_STRETCH = 2.0
 PLATEAU_S = 1.0
 MAX_CREEP = 200  # tokens the upstream may still send while the buffers are full
 MIN_FLOWING = 1000  # tokens sent before a standstill counts (the stream must have flowed)
@@ -82,6 +89,8 @@ MEMORY_GROWTH_MB = 10.0  # half what LEAD_LIMIT tokens take on the wire: kept in
 READ_INTERVAL_S = 0.25
 POLL_S = 0.1
 MB = 1024 * 1024
+
+WatchOutcome = Literal["finished", "ahead", "held"]
 
 result = Outcome(ID, STEP)
 
@@ -107,13 +116,13 @@ class SlowReader:
                 if meaning.text:
                     self.tokens_read += count_tokens(meaning.text)
 
-    async def read(self, url: str, body: dict[str, object]) -> None:
+    async def read(self, url: str, body: dict[str, object], *, timeout_s: float) -> None:
         transport = httpx.AsyncHTTPTransport(
             socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, SLOW_READER_RCVBUF)]
         )
         try:
             async with (
-                httpx.AsyncClient(transport=transport, timeout=window_s() + 5) as client,
+                httpx.AsyncClient(transport=transport, timeout=timeout_s) as client,
                 client.stream("POST", url, json=body) as response,
             ):
                 self.status = response.status_code
@@ -150,9 +159,10 @@ def read_ahead_verdict(rss_growth_mb: float | None) -> str:
     return f"{ahead}, keeping what it read outside memory (in a temporary file, say)"
 
 
-def window_s() -> float:
-    """How long we watch for either outcome: longer on a machine with less than one CPU."""
-    return WINDOW_S * min(budget_scale(), 2.0)
+def window_s(budget: Budget) -> float:
+    """How long we watch for either outcome: WINDOW_S, stretched on a machine with less than
+    one CPU, at most MAX_WINDOW_STRETCH times."""
+    return WINDOW_S * min(budget.scale, MAX_WINDOW_STRETCH)
 
 
 def _held_back(history: list[Sample]) -> bool:
@@ -165,6 +175,38 @@ def _held_back(history: list[Sample]) -> bool:
         return False
     start = before[-1]
     return now.sent - start.sent <= MAX_CREEP and now.reads > start.reads
+
+
+def watch_outcome(history: list[Sample], *, stream_over: bool) -> WatchOutcome | None:
+    """What the samples so far decide, if anything: the upstream's stream is over
+    (``finished``), the lead passed LEAD_LIMIT (``ahead``), or the upstream was held back
+    (``held``); None: watch on."""
+    if stream_over:
+        return "finished"
+    if history and history[-1].lead > LEAD_LIMIT:
+        return "ahead"
+    if history and _held_back(history):
+        return "held"
+    return None
+
+
+@dataclass(frozen=True)
+class BackpressureEvidence:
+    """What one run of the experiment saw: the samples (the lead over time), whether the
+    upstream's stream to the proxy was over at the last of them, and the upstream's state then;
+    the tokens it generated in all; what the slow reader got (its count, the status, an error);
+    whether its stream ended before we stopped watching; and how much the proxy's memory grew
+    (None: no process to measure)."""
+
+    samples: tuple[Sample, ...]
+    stream_over: bool
+    upstream_state: str
+    upstream_tokens_generated: int | None
+    client_tokens_read: int
+    status: int | None
+    error: str | None
+    ended_by_itself: bool
+    rss_growth_mb: float | None
 
 
 def _stream_over(record: Record) -> bool:
@@ -202,36 +244,34 @@ def _rss(pid: int | None) -> int | None:
         return None
 
 
-async def check_backpressure(ctx: CheckContext) -> CheckResult:
+async def observe_backpressure(ctx: CheckContext) -> BackpressureEvidence:
+    """Run the experiment: a slow reader against a flat-out upstream, sampled every POLL_S
+    until ``watch_outcome`` decides, the reader's stream ends, or ``window_s`` closes."""
+    window = window_s(ctx.budget)
     rss_before = _rss(ctx.proxy_pid)
     rss_peak = rss_before
     reader = SlowReader()
     sent_at = time.time()
-    client = asyncio.create_task(reader.read(ctx.chat_url, chat_body(SEED, SCENARIO)))
+    body = chat_body(SEED, SCENARIO)
+    client = asyncio.create_task(reader.read(ctx.chat_url, body, timeout_s=window + 5))
     started = time.monotonic()
-    window = window_s()
     history: list[Sample] = []
-    verdict: str | None = None
+    over = False
     upstream_state = "running"
     try:
         while not reader.ended and time.monotonic() - started < window:
             record = _ours(await ctx.record(SEED, wait_s=0), sent_at)
             sent = _count(record, "tokens_sent")
-            sample = Sample(time.monotonic() - started, sent, reader.tokens_read, reader.reads)
-            history.append(sample)
+            history.append(
+                Sample(time.monotonic() - started, sent, reader.tokens_read, reader.reads)
+            )
             rss = _rss(ctx.proxy_pid)
             if rss is not None and rss_peak is not None:
                 rss_peak = max(rss_peak, rss)
             if record is not None:
                 upstream_state = str(record.get("state"))
-            if record is not None and _stream_over(record):
-                verdict = "finished"
-                break
-            if sample.lead > LEAD_LIMIT:
-                verdict = "ahead"
-                break
-            if _held_back(history):
-                verdict = "held"
+            over = record is not None and _stream_over(record)
+            if watch_outcome(history, stream_over=over) is not None:
                 break
             await asyncio.sleep(POLL_S)
         # read before the reader is cancelled below, which ends it too
@@ -241,44 +281,63 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
         with contextlib.suppress(asyncio.CancelledError):
             await client
     record = _ours(await ctx.record(SEED, until=finished), sent_at)
+    return BackpressureEvidence(
+        samples=tuple(history),
+        stream_over=over,
+        upstream_state=upstream_state,
+        upstream_tokens_generated=None if record is None else record.get("tokens_generated"),
+        client_tokens_read=reader.tokens_read,
+        status=reader.status,
+        error=reader.error,
+        ended_by_itself=ended_by_itself,
+        rss_growth_mb=None
+        if rss_before is None or rss_peak is None
+        else (rss_peak - rss_before) / MB,
+    )
+
+
+def judge_backpressure(seen: BackpressureEvidence, budget: Budget) -> CheckResult:
+    """The verdict on what ``observe_backpressure`` saw; ``budget`` is the machine it ran on
+    (its window goes in the evidence)."""
+    history = list(seen.samples)
+    outcome = watch_outcome(history, stream_over=seen.stream_over)
     last = history[-1] if history else Sample(0.0, 0, 0, 0)
-    rss_growth_mb = None if rss_before is None or rss_peak is None else (rss_peak - rss_before) / MB
     evidence = {
         "upstream_tokens_sent": last.sent,
-        "upstream_tokens_generated": None if record is None else record.get("tokens_generated"),
-        "client_tokens_read": reader.tokens_read,
+        "upstream_tokens_generated": seen.upstream_tokens_generated,
+        "client_tokens_read": seen.client_tokens_read,
         "lead_tokens": last.lead,
         "max_lead_tokens": max((s.lead for s in history), default=0),
-        "upstream_state": upstream_state,
+        "upstream_state": seen.upstream_state,
         "decided_after_ms": ms(last.t),
-        "rss_growth_mb": rss_growth_mb,
-        "window_ms": ms(window),
+        "rss_growth_mb": seen.rss_growth_mb,
+        "window_ms": ms(window_s(budget)),
     }
-    if verdict == "held":
+    if outcome == "held":
         return result.passed(
             "a slow reader holds back what the upstream can send, so the proxy's memory stays "
             "bounded",
             evidence,
         )
-    if verdict == "ahead" or (verdict == "finished" and upstream_state == "completed"):
+    if outcome == "ahead" or (outcome == "finished" and seen.upstream_state == "completed"):
         return result.failed(
-            read_ahead_verdict(rss_growth_mb),
+            read_ahead_verdict(seen.rss_growth_mb),
             evidence,
             "let the client's pace reach the upstream: read the next upstream chunk only after "
             "the last one was sent, or put a bounded asyncio.Queue(maxsize=...) between them.",
         )
-    if reader.status != 200 or last.sent == 0:
+    if seen.status != 200 or last.sent == 0:
         return result.failed(
             "the slow reader got no stream to read",
-            {**evidence, "status": reader.status, "error": reader.error},
+            {**evidence, "status": seen.status, "error": seen.error},
             "forward the upstream's stream (status 200, text/event-stream).",
             step="02_forwarding_proxy",
         )
-    if verdict == "finished" or ended_by_itself:
+    if outcome == "finished" or seen.ended_by_itself:
         return result.failed(
             "the stream to a slow reader ended early instead of holding back what the upstream "
             "sends",
-            {**evidence, "error": reader.error},
+            {**evidence, "error": seen.error},
             "keep a slow client's stream open and let its pace reach the upstream: no write "
             "timeout that drops it, and a bounded asyncio.Queue(maxsize=...) between them.",
         )
@@ -300,3 +359,7 @@ async def check_backpressure(ctx: CheckContext) -> CheckResult:
         reason,
         evidence,
     )
+
+
+async def check_backpressure(ctx: CheckContext) -> CheckResult:
+    return judge_backpressure(await observe_backpressure(ctx), ctx.budget)

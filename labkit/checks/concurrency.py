@@ -3,8 +3,8 @@
 Experiment: first a few calibration probes (``GET /v1/models``, one after another) on the idle
 proxy, to see how fast this machine answers at all. Then STREAMS (110) streams start,
 each with a 3 s first token (TTFT_S) and then tokens at 2 a second (TPS) until it has lasted
-STREAM_S (5 s: 4 tokens), stretched by ``budget_scale`` on a slower machine (10 s at half a CPU),
-while the probe asks again every 0.1 s and times each answer. The streams start evenly over
+STREAM_S (5 s: 4 tokens), stretched by the run's ``Budget`` on a slower machine (10 s at half a
+CPU), while the probe asks again every 0.1 s and times each answer. The streams start evenly over
 two seconds (ARRIVE_OVER_S), so they are all open at once from then on, and the proxy is not
 asked to accept all STREAMS connections in the same instant (at half a CPU, that many in one
 second keep even a correct proxy's event loop busy past the probe limit: docs/measurements.md,
@@ -73,7 +73,7 @@ import httpx
 from labkit.capture import Capture, acapture_stream
 from labkit.checks.context import CheckContext, Outcome, Record, chat_body, ms
 from labkit.checks.engine_requests import engine_body, measure_prompt_rate
-from labkit.checks.machine import budget_scale
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 
 ID = "concurrency"
@@ -82,7 +82,7 @@ STREAMS = 110  # more than the 100 connections of httpx's and aiohttp's default 
 FIRST_SEED = 6000  # to 6119: a range no other check tags its requests with
 TTFT_S = 3.0
 TPS = 2
-STREAM_S = 5.0  # from request to last token, stretched by budget_scale() (see scenario())
+STREAM_S = 5.0  # from request to last token, at one CPU; stretched by the Budget (scenario())
 ARRIVE_OVER_S = 2.0  # the streams start evenly over this time, as users arrive
 DEADLINE_S = 20.0  # the streams need 7 s (12 s at half a CPU)
 PROBE_EVERY_S = 0.1
@@ -113,10 +113,11 @@ POOL_ADVICE = (
 
 def scenario(scale: float | None = None) -> dict[str, int]:
     """Each stream's pacing here: a TTFT_S first token, then TPS tokens a second until it has
-    lasted STREAM_S times ``scale`` (default ``budget_scale()``: 1 from one CPU up, 2 at half a
-    CPU). The longer streams keep a slow machine's late forwarding from looking like a pool:
-    the last streams must still reach the upstream before the first one ends there."""
-    scale = budget_scale() if scale is None else scale
+    lasted STREAM_S times ``scale`` (default: this machine's, ``Budget.here().scale``, read
+    anew; 1 from one CPU up, 2 at half a CPU). The longer streams keep a slow machine's late
+    forwarding from looking like a pool: the last streams must still reach the upstream before
+    the first one ends there."""
+    scale = Budget.here().scale if scale is None else scale
     tokens = round((STREAM_S * scale - TTFT_S) * TPS)
     return {"ttft_ms": round(TTFT_S * 1000), "tps": TPS, "tokens": tokens}
 
@@ -236,7 +237,7 @@ async def _measure(
 
 
 async def check_concurrency(ctx: CheckContext) -> CheckResult:
-    pacing = scenario()
+    pacing = scenario(ctx.budget.scale)
     measured = await _measure(
         ctx, STREAMS, lambda i: chat_body(FIRST_SEED + i, pacing), DEADLINE_S, ARRIVE_OVER_S
     )

@@ -3,21 +3,23 @@
 Gradescope's default container has 0.5 vCPU (a CFS quota of 50 ms per 100 ms); a laptop has
 several cores. The checks judge properties in tokens, states and ratios wherever they can, but
 every check also has a time budget that only guards against a proxy that never answers, and
-on half a CPU everything takes about twice as long. ``budget_scale`` stretches those budgets
+on half a CPU everything takes about twice as long. ``Budget.scale`` stretches those budgets
 below one CPU, so a slow machine never turns into "the proxy stopped answering".
 
 What grading does with less CPU: from two CPUs up, nothing changes. Below two, the flat-out
 ``backpressure`` lane waits until the other lanes are done (``labkit.checks.runner``). Below
-one, budgets stretch by ``budget_scale`` and the ``backpressure`` window by up to two, so that
+one, budgets stretch by ``Budget.scale`` and the ``backpressure`` window by up to two, so that
 at half a CPU (Gradescope's default) every verdict comes out as on a big machine. A check that
 still cannot decide says ``inconclusive`` rather than FAIL. ``python -m bench.small_container``
 grades the references and every broken proxy of ``tests/grading/broken`` in a small cgroup to
 show it; its figures are in docs/instructors.md ("Which container to choose").
 
-A check run holds its ``Budget`` (the CPUs, and the stretch of every limit that follows from
-them), made once with ``Budget.here()`` and handed down in its ``CheckContext``, so every limit
-of the run agrees and a caller can grade as if on another machine (``Budget(cpus=0.5)``).
-``budget_scale``, ``start_scale`` and ``describe`` read this process's own, made once.
+A grading holds one ``Budget`` (the CPUs, and the stretch of every limit that follows from
+them), made once at its top with ``Budget.here()`` and handed down: to the checks in their
+``CheckContext``, to the rubric's time limit, to the sandbox's start limit and to the notebook
+parts' budgets. So every limit of a grading agrees, and a caller can grade as if on another
+machine (``Budget(cpus=0.5)``). Nothing keeps a process-wide reading: ``describe()`` (what
+Gradescope's set-up prints) reads this process's CPUs anew.
 
 ``cpu_limit`` reads cgroup v2 (``cpu.max``) or v1 (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``)
 for this process's cgroup and every parent up to the root (the smallest quota wins), and the
@@ -27,7 +29,6 @@ limit.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,11 +36,9 @@ from pathlib import Path
 __all__ = [
     "MAX_BUDGET_SCALE",
     "Budget",
-    "budget_scale",
     "cpu_limit",
     "describe",
     "own_cgroups",
-    "start_scale",
 ]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -153,21 +152,6 @@ class Budget:
             if self.scale >= MAX_BUDGET_SCALE:
                 text += " (the most they stretch: below this, expect inconclusive checks)"
         return text
-
-
-@functools.cache
-def _here() -> Budget:
-    return Budget.here()
-
-
-def budget_scale() -> float:
-    """``Budget.scale`` for this process's CPUs (read once)."""
-    return _here().scale
-
-
-def start_scale(together: int = 1, cpus: float | None = None) -> float:
-    """``Budget.start_scale`` for ``cpus`` (default: this process's CPUs, read anew)."""
-    return Budget(cpu_limit() if cpus is None else cpus).start_scale(together)
 
 
 def describe() -> str:

@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from labkit.capture import acapture_stream
-from labkit.checks import CheckResult, arun_checks, machine
+from labkit.checks import CheckResult, arun_checks
 from labkit.checks.catalogue import BY_ID, SOLO_LANE, lanes_for, select
 from labkit.checks.context import UpstreamKind, chat_body
 from labkit.checks.engine_books import EngineBooks
 from labkit.checks.engine_requests import engine_body
 from labkit.checks.gateway_advice import for_gateway
-from labkit.checks.machine import budget_scale
+from labkit.checks.machine import Budget
 from labkit.errors import CaptureError
 from labkit.grading.isolation import Isolation, choose
 from labkit.grading.network import Network, seen_from_here
@@ -100,10 +100,12 @@ def unwritten_results(source: str, ids: Iterable[str]) -> dict[str, CheckResult]
     return results
 
 
-async def _preflight(proxy_url: str, body: dict[str, Any] | None = None) -> Problem | None:
+async def _preflight(
+    proxy_url: str, budget: Budget, body: dict[str, Any] | None = None
+) -> Problem | None:
     """One short stream (``body``, or three tokens from the mock): does the proxy answer?"""
     body = body or chat_body(PREFLIGHT_SEED, {"ttft_ms": 0, "tps": 1000, "tokens": 3})
-    limit = PREFLIGHT_S * budget_scale()
+    limit = budget.stretch(PREFLIGHT_S)
     try:
         async with asyncio.timeout(limit + 1):
             await acapture_stream(f"{proxy_url}/v1/chat/completions", json=body, timeout=limit)
@@ -129,11 +131,14 @@ async def agrade_file(
     precheck: bool = True,
     engine_url: str | None = None,
     network: Network | None = None,
+    budget: Budget | None = None,
 ) -> SubmissionReport:
     """Grade the proxy in ``path``; the report's ``name`` defaults to the file name.
 
     ``network``: the network this process (and so the grading) has, for the report, from
     ``labkit.grading.network.enter_own_namespace``; by default, what this process sees now.
+    ``budget``: the machine every time limit of the grading is for (default: this one's, read
+    once here with ``Budget.here()``).
 
     With ``precheck`` (the default) a check that needs a part still stubbed in the file (see
     ``unwritten_results``) fails with a verdict naming that part, without being run. With
@@ -141,6 +146,7 @@ async def agrade_file(
     ``EngineReadError`` if it does not answer.
     """
     rubric = rubric or Rubric()
+    budget = Budget.here() if budget is None else budget
     source = Path(path)
     ids = select(only)
     report_name = name or source.name
@@ -163,7 +169,7 @@ async def agrade_file(
             time.monotonic() - started,
             isolation="" if isolation is None else isolation.describe(),
             network=network.describe(),
-            machine=machine.describe(),
+            machine=budget.describe(),
             upstream=upstream,
         )
 
@@ -182,14 +188,16 @@ async def agrade_file(
     problem: Problem | None
     isolation = await asyncio.to_thread(choose)
     sandbox = Path(tempfile.mkdtemp(prefix="labkit-grade-"))
-    limit = rubric.time_limit_s(ids, engine=engine_url is not None)
+    limit = rubric.time_limit_s(ids, engine=engine_url is not None, budget=budget)
     try:
         async with asyncio.timeout(limit):
             if engine_url is None:
-                problem = await _run_lanes(source, sandbox, to_run, servers, results, isolation)
+                problem = await _run_lanes(
+                    source, sandbox, to_run, servers, results, isolation, budget
+                )
             else:
                 problem = await _run_on_engine(
-                    source, sandbox, to_run, servers, results, isolation, engine_url
+                    source, sandbox, to_run, servers, results, isolation, budget, engine_url
                 )
     except TimeoutError:
         problem = Problem(
@@ -217,6 +225,7 @@ async def _run_lanes(
     servers: list[ServerHandle],
     results: dict[str, CheckResult],
     isolation: Isolation,
+    budget: Budget,
 ) -> Problem | None:
     """Start mocks and proxies, check the proxy answers, run the lanes. Fills ``results``."""
     submission = sandbox / "proxy.py"
@@ -248,6 +257,7 @@ async def _run_lanes(
             cwd=sandbox,
             isolation=isolation,
             together=together,
+            budget=budget,
         )
 
     # One proxy first: a submission that spins at import or never answers then costs one
@@ -257,7 +267,7 @@ async def _run_lanes(
     except Exception as exc:
         return problem_from(exc, source.name)
     servers.extend(proxies)
-    problem = await _preflight(proxies[0].url)
+    problem = await _preflight(proxies[0].url, budget)
     if problem is not None:
         return problem
     # The other lanes' proxies start at once and share the CPUs, each with a longer limit.
@@ -280,6 +290,7 @@ async def _run_lanes(
             only=lane,
             proxy_pid=proxy.server_pid,
             upstream_token=token,
+            budget=budget,
         ):
             results[result.id] = result
 
@@ -301,6 +312,7 @@ async def _run_on_engine(
     servers: list[ServerHandle],
     results: dict[str, CheckResult],
     isolation: Isolation,
+    budget: Budget,
     engine_url: str,
 ) -> Problem | None:
     """One proxy forwarding to the engine; the checks one after another. Fills ``results``."""
@@ -315,12 +327,13 @@ async def _run_on_engine(
             usage_log=log,
             cwd=sandbox,
             isolation=isolation,
+            budget=budget,
         )
     except Exception as exc:
         return problem_from(exc, source.name)
     servers.append(proxy)
     model = await EngineBooks(engine_url).model()
-    problem = await _preflight(proxy.url, engine_body(model, max_tokens=3))
+    problem = await _preflight(proxy.url, budget, engine_body(model, max_tokens=3))
     if problem is not None:
         return problem
     for result in await arun_checks(
@@ -330,6 +343,7 @@ async def _run_on_engine(
         only=ids,
         proxy_pid=proxy.server_pid,
         upstream="engine",
+        budget=budget,
     ):
         results[result.id] = result
     if proxy.memory_exceeded():
@@ -349,13 +363,16 @@ async def agrade_url(
     *,
     only: str | Iterable[str] | None = None,
     upstream: UpstreamKind = "mock",
+    budget: Budget | None = None,
 ) -> SubmissionReport:
     """Grade a running proxy as a black box. ``usage`` is skipped (no usage log to read), and
     each failure's advice is for a gateway (``labkit.checks.gateway_advice``).
 
     ``upstream_url`` is the mock the proxy forwards to, or with ``upstream="engine"`` the real
-    engine (raises ``EngineReadError`` if it does not answer)."""
+    engine (raises ``EngineReadError`` if it does not answer). ``budget``: the machine the time
+    limits are for (default: this one's, read once here with ``Budget.here()``)."""
     rubric = rubric or Rubric()
+    budget = Budget.here() if budget is None else budget
     ids = select(only)
     started = time.monotonic()
     proxy_url = proxy_url.rstrip("/")
@@ -363,15 +380,15 @@ async def agrade_url(
     if upstream == "engine":
         model = await EngineBooks(upstream_url).model()
         body, described = engine_body(model, max_tokens=3), f"engine {model} at {upstream_url}"
-    problem = await _preflight(proxy_url, body)
-    limit = rubric.time_limit_s(ids, engine=upstream == "engine")
+    problem = await _preflight(proxy_url, budget, body)
+    limit = rubric.time_limit_s(ids, engine=upstream == "engine", budget=budget)
     if problem is not None:
         results = _not_run(ids, "not run: the proxy could not be graded")
     else:
         try:
             async with asyncio.timeout(limit):
                 checked = await arun_checks(
-                    proxy_url, upstream_url=upstream_url, only=ids, upstream=upstream
+                    proxy_url, upstream_url=upstream_url, only=ids, upstream=upstream, budget=budget
                 )
             # whatever is graded by URL may be any gateway: no advice in the lab's Python
             results = [for_gateway(r) for r in checked]
@@ -389,6 +406,6 @@ async def agrade_url(
         problem,
         time.monotonic() - started,
         network=URL_NETWORK.describe(),
-        machine=machine.describe(),
+        machine=budget.describe(),
         upstream=described,
     )

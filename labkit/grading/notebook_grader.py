@@ -43,7 +43,7 @@ from typing import Any
 
 import labkit
 from labkit.checks import CheckResult
-from labkit.checks.machine import budget_scale
+from labkit.checks.machine import Budget
 from labkit.errors import GradingError
 from labkit.grading.isolation import MIB, Cgroup, Isolation, Limits, choose
 from labkit.grading.notebook_parts import (
@@ -92,11 +92,13 @@ def course_dir() -> Path:
     return folder
 
 
-def notebook_time_limit_s(folder: Path | None = None) -> float:
-    """The longest the notebook parts of one learner may take, on this machine."""
+def notebook_time_limit_s(folder: Path | None = None, budget: Budget | None = None) -> float:
+    """The longest the notebook parts of one learner may take, on the grading's machine
+    (``budget``; default: this one's, ``Budget.here()``)."""
     folder = folder or course_dir()
+    machine = Budget.here() if budget is None else budget
     graded = [p for p in folder.glob("[0-9][0-9]_*.ipynb") if CHECK_TAG in p.read_text("utf-8")]
-    return (START_BUDGET_S + NOTEBOOK_BUDGET_S * len(graded)) * budget_scale()
+    return machine.stretch(START_BUDGET_S + NOTEBOOK_BUDGET_S * len(graded))
 
 
 def _hint(part: Part, what: str) -> str:
@@ -228,10 +230,14 @@ class _Round:
 
 
 def _run_once(
-    groups: Sequence[Sequence[NotebookRun]], work: Path, isolation: Isolation, budget_s: float
+    groups: Sequence[Sequence[NotebookRun]],
+    work: Path,
+    isolation: Isolation,
+    budget_s: float,
+    start_s: float,
 ) -> _Round:
-    start_s = START_BUDGET_S * budget_scale()
-    """One runner for ``groups`` (run side by side, each one notebook after another)."""
+    """One runner for ``groups`` (run side by side, each one notebook after another), given
+    ``start_s`` for its imports and ``budget_s`` for each notebook."""
     plan = work / "runs.json"
     plan.write_text(
         json.dumps([[run.to_json() for run in group] for group in groups]), encoding="utf-8"
@@ -311,9 +317,12 @@ def grade_notebook_parts(
     *,
     proxy: Path | None = None,
     budget_s: float | None = None,
+    budget: Budget | None = None,
 ) -> list[CheckResult]:
     """One result per part of ``course``, for the learner notebooks in the folder
-    ``notebooks`` (``None``: they handed in ``proxy.py`` alone), with their ``proxy.py``."""
+    ``notebooks`` (``None``: they handed in ``proxy.py`` alone), with their ``proxy.py``.
+    ``budget_s`` is each notebook's time at one CPU (default NOTEBOOK_BUDGET_S), stretched for
+    ``budget``, the grading's machine (default: this one's, ``Budget.here()``)."""
     if notebooks is None:
         return not_graded(course, f"not handed in: only proxy.py was; {UPLOAD_HINT}", UPLOAD_HINT)
     results: dict[str, CheckResult] = {}
@@ -339,7 +348,8 @@ def grade_notebook_parts(
                     f"open {path.name} in JupyterLab, save it, then hand in notebooks/ again.",
                 )
     if runs:
-        results.update(_run_all(runs, course, proxy, budget_s))
+        machine = Budget.here() if budget is None else budget
+        results.update(_run_all(runs, course, proxy, budget_s, machine))
     return [results[part.id] for nb in course for part in nb.parts]
 
 
@@ -348,11 +358,13 @@ def _run_all(
     course: Sequence[CourseNotebook],
     proxy: Path | None,
     budget_s: float | None,
+    machine: Budget,
 ) -> dict[str, CheckResult]:
     """``runs`` in one sandboxed runner, ``RUNNERS`` at a time; run again, for the notebooks
     still to run, after one that had to be stopped."""
     parts = {nb.stem: nb.parts for nb in course}
-    budget = (budget_s or NOTEBOOK_BUDGET_S) * budget_scale()
+    budget = machine.stretch(budget_s or NOTEBOOK_BUDGET_S)
+    start_s = machine.stretch(START_BUDGET_S)
     isolation = choose(NOTEBOOK_LIMITS)
     results: dict[str, CheckResult] = {}
     work = Path(tempfile.mkdtemp(prefix="labkit-notebooks-"))
@@ -363,7 +375,7 @@ def _run_all(
         remaining = list(runs)
         while remaining:
             groups = [remaining[n::RUNNERS] for n in range(RUNNERS) if remaining[n::RUNNERS]]
-            outcome = _run_once(groups, work, isolation, budget)
+            outcome = _run_once(groups, work, isolation, budget, start_s)
             finished: set[str] = set()
             for run in remaining:
                 name = run.notebook
@@ -390,7 +402,9 @@ def _run_all(
     return results
 
 
-def notebook_rows(course: Path, notebooks: Path | None, proxy: Path) -> list[CheckResult]:
+def notebook_rows(
+    course: Path, notebooks: Path | None, proxy: Path, budget: Budget | None = None
+) -> list[CheckResult]:
     """A row for each in-notebook part of the instructor's notebooks in ``course``, graded
-    from the learner's ``notebooks`` folder and their ``proxy``."""
-    return grade_notebook_parts(notebooks, course_notebooks(course), proxy=proxy)
+    from the learner's ``notebooks`` folder and their ``proxy``, within ``budget``'s limits."""
+    return grade_notebook_parts(notebooks, course_notebooks(course), proxy=proxy, budget=budget)

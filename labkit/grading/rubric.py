@@ -31,9 +31,9 @@ was too slow to decide it, see ``labkit.checks.result``) unless ``inconclusive =
 gives it full points, for an instructor who prefers every submission out of the same total.
 Neither ever costs the learner a point.
 
-Below one CPU the time limit stretches with every other time budget
-(``labkit.checks.machine.budget_scale``: twice as long at half a CPU), so a slow container is
-not mistaken for a proxy that hangs.
+Below one CPU the time limit stretches with every other time budget of the grading (its
+``labkit.checks.machine.Budget``: twice as long at half a CPU), so a slow container is not
+mistaken for a proxy that hangs.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from typing import Any
 
 from labkit.checks import CHECK_IDS
 from labkit.checks.catalogue import ALL_IDS, BY_ID
-from labkit.checks.machine import budget_scale
+from labkit.checks.machine import Budget
 from labkit.errors import RubricError
 
 __all__ = [
@@ -97,17 +97,21 @@ class Rubric:
     def awards_inconclusive(self) -> bool:
         return self.inconclusive == "award"
 
-    def time_limit_s(self, ids: Iterable[str] = (), *, engine: bool = False) -> float:
-        """``submission_timeout_s`` on this machine: stretched below one CPU, and never shorter
-        than the longest of the checks ``ids`` (``minute_stream`` alone takes 67 s) plus
-        ``START_MARGIN_S`` for starting the proxy. On a real engine (``engine``) the checks
-        run one after another, so never shorter than all their engine budgets together."""
+    def time_limit_s(
+        self, ids: Iterable[str] = (), *, engine: bool = False, budget: Budget | None = None
+    ) -> float:
+        """``submission_timeout_s`` on the grading's machine (``budget``; default: this one's,
+        ``Budget.here()``): stretched below one CPU, and never shorter than the longest of the
+        checks ``ids`` (``minute_stream`` alone takes 67 s) plus ``START_MARGIN_S`` for starting
+        the proxy. On a real engine (``engine``) the checks run one after another, so never
+        shorter than all their engine budgets together."""
         checks = [BY_ID[i] for i in ids]
         if engine:
             needed = sum(check.engine_budget_s for check in checks)
         else:
             needed = max((check.budget_s for check in checks), default=0.0)
-        return max(self.submission_timeout_s, needed + START_MARGIN_S) * budget_scale()
+        machine = Budget.here() if budget is None else budget
+        return machine.stretch(max(self.submission_timeout_s, needed + START_MARGIN_S))
 
     def weight(self, check_id: str) -> float:
         if is_part_id(check_id):

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import psutil
 
-from labkit.checks.machine import start_scale
+from labkit.checks.machine import Budget
 from labkit.errors import (
     AppStartupError,
     InvalidTargetError,
@@ -117,15 +117,18 @@ def start_proxy(
     cwd: Path,
     isolation: Isolation | None = None,
     together: int = 1,
+    budget: Budget | None = None,
 ) -> SandboxedProxy:
     """Serve ``submission``'s ``app`` in a child process with a clean environment, inside
     ``isolation`` (default: the strongest this machine allows, see ``labkit.grading.isolation``).
     ``together``: how many proxies the caller starts at once, this one included; they share the
-    CPUs, so each may take that much longer (``labkit.checks.machine.start_scale``).
+    ``budget``'s CPUs (default: this machine's, ``Budget.here()``), so each may take that much
+    longer (``Budget.start_scale``).
 
     Raises ``ServerStartError`` (a subclass per way of failing; see ``problem_from``).
     """
     isolation = isolation or choose()
+    machine = Budget.here() if budget is None else budget
     env = clean_env(cwd, {"UPSTREAM_URL": upstream_url, "USAGE_LOG": os.fspath(usage_log)})
     cgroup = Cgroup.create(isolation.limits) if os.geteuid() == 0 else None
     isolation.prepare([cwd])
@@ -141,7 +144,7 @@ def start_proxy(
         env=env,
         inherit_env=False,
         cwd=cwd,
-        start_timeout=PROXY_START_TIMEOUT_S * start_scale(together),
+        start_timeout=PROXY_START_TIMEOUT_S * machine.start_scale(together),
         wrap=wrap,
         cgroup=cgroup,
     )

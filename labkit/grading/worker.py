@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from labkit.checks.machine import Budget
 from labkit.errors import LabkitError
 from labkit.grading.grader import agrade_file
 from labkit.grading.network import Network, enter_own_namespace
@@ -70,8 +71,10 @@ class WorkerOutcome:
 
 async def _grade(args: argparse.Namespace, rubric: Rubric, network: Network) -> SubmissionReport:
     """``proxy.py``'s checks and, with ``--course``, the notebook parts beside them (the
-    notebooks' checks mostly wait on their own servers, as the proxy's do)."""
+    notebooks' checks mostly wait on their own servers, as the proxy's do). One ``Budget``,
+    read here, sets the time limits of both."""
     started = time.monotonic()
+    budget = Budget.here()
     graded = agrade_file(
         args.file,
         rubric,
@@ -79,13 +82,14 @@ async def _grade(args: argparse.Namespace, rubric: Rubric, network: Network) -> 
         only=args.only,
         engine_url=args.engine,
         network=network,
+        budget=budget,
     )
     if not args.course:
         return await graded
     from labkit.grading.notebook_grader import notebook_rows  # IPython: only here
 
     notebooks = Path(args.notebooks) if args.notebooks else None
-    rows = asyncio.to_thread(notebook_rows, Path(args.course), notebooks, Path(args.file))
+    rows = asyncio.to_thread(notebook_rows, Path(args.course), notebooks, Path(args.file), budget)
     report, parts = await asyncio.gather(graded, rows)
     return replace(report, results=[*report.results, *parts], elapsed_s=time.monotonic() - started)
 

@@ -40,7 +40,7 @@ def test_a_window_that_closes_before_the_buffers_fill_is_inconclusive_not_a_fail
     """The check cancels its own slow reader when its window closes; that is not the proxy
     ending the stream early. (The verdicts of the references and every broken proxy are in
     test_grading_mutants.py's table.)"""
-    monkeypatch.setattr(backpressure, "window_s", lambda: 0.6)  # far too short to fill 5 MB
+    monkeypatch.setattr(backpressure, "window_s", lambda budget: 0.6)  # far too short to fill 5 MB
     upstream = start_mock_upstream()
     env = {"UPSTREAM_URL": upstream.url, "USAGE_LOG": str(tmp_path / "usage.jsonl")}
     with serve_subprocess(str(REFERENCE), env=env) as proxy:

@@ -22,7 +22,7 @@ from labkit.checks.backpressure import Sample, _held_back
 from labkit.checks.catalogue import Check
 from labkit.checks.context import CheckContext, Outcome
 from labkit.checks.keepalive import _silence
-from labkit.checks.machine import cpu_limit, start_scale
+from labkit.checks.machine import Budget, cpu_limit
 from labkit.checks.result import INCONCLUSIVE
 from labkit.errors import MockUpstreamError
 from labkit.grading.gradescope import results_for
@@ -104,9 +104,9 @@ def test_the_cpu_limit_is_the_smallest_quota_above_this_process(tmp_path: Path) 
 
 def test_proxies_that_start_together_share_the_cpus_and_the_time_to_start() -> None:
     # one alone: the usual limit from one CPU up, twice it at half a CPU
-    assert start_scale(1, cpus=2) == 1 and start_scale(1, cpus=0.5) == 2
+    assert Budget(cpus=2).start_scale(1) == 1 and Budget(cpus=0.5).start_scale(1) == 2
     # four at once: half a CPU each on two CPUs, an eighth each on half a CPU
-    assert start_scale(4, cpus=2) == 2 and start_scale(4, cpus=0.5) == 8
+    assert Budget(cpus=2).start_scale(4) == 2 and Budget(cpus=0.5).start_scale(4) == 8
 
 
 def _cores() -> float:
