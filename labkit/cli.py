@@ -1,11 +1,13 @@
 """``labkit``: the command line. Only this module prints and chooses exit codes.
 
     labkit grade proxy.py [--json] [--gradescope results.json] [--rubric rubric.toml]
-    labkit grade --url http://127.0.0.1:8080 --upstream http://127.0.0.1:8001
     labkit grade proxy.py --engine [URL]     (against a real engine: ours, or the one at URL)
-    labkit grade --roster submissions/ --out grades/ [--jobs N] [--reference solutions/proxy.py]
-    labkit grade --roster submissions/ --shard 2/4 --out grades-2/   (one of four machines)
+    labkit grade-url http://127.0.0.1:8080 --upstream http://127.0.0.1:8001   (a running proxy)
+    labkit grade-url http://127.0.0.1:9000 --engine http://127.0.0.1:8080     (... and its engine)
+    labkit grade-class submissions/ --out grades/ [--jobs N] [--reference solutions/proxy.py]
+    labkit grade-class submissions/ --shard 2/4 --out grades-2/   (one of four machines)
     labkit merge grades-1/ grades-2/ grades-3/ grades-4/ --out grades/
+    labkit answers --roster submissions/ --out answers/ [--anonymise]
     labkit autograder gradescope --out autograder.zip [--rubric rubric.toml]
     labkit doctor
     labkit engine build                      (the real engine, once, into a cache: minutes)
@@ -15,7 +17,10 @@
 Exit codes: 0 every check passed, 1 some check failed (or a submission could not be graded),
 2 a usage or setup error (bad arguments, missing file, bad rubric, the grader's own mock did not
 start). Each subcommand is one ``_add_<name>`` function that registers its arguments and the
-function that runs it.
+function that runs it. Each grading command takes only its own options, so the parser itself
+refuses a combination that means nothing (``labkit grade-class --gradescope``); the old
+``labkit grade --url`` and ``labkit grade --roster`` are usage errors that name the command
+to run instead.
 """
 
 from __future__ import annotations
@@ -23,10 +28,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from labkit.checks.catalogue import ALL_IDS, PROFILES, select
 from labkit.errors import LabkitError, UsageError
@@ -63,124 +70,58 @@ DEFAULT_REFERENCE = Path("solutions") / "proxy.py"
 OUR_ENGINE = ""  # --engine without a URL: start ours
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: it refuses an option it does not take itself, so the error shows
+    that command's usage (what it does take), not the top level's ``labkit COMMAND ...``."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def _exit_code(reports: Sequence[SubmissionReport]) -> int:
     return 0 if all(r.all_passed for r in reports) else 1
 
 
 # ---------------------------------------------------------------------------------------------
-# labkit grade
+# The options the three grading commands share
 
 
-def _add_grade(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    grade = subcommands.add_parser(
-        "grade",
-        help="grade proxy.py submissions (or a running proxy) with the property checks",
-        description="Grade a learner's proxy.py, a running proxy (--url), or a class (--roster).",
-    )
-    grade.add_argument("file", nargs="?", help="the proxy.py to grade")
-    grade.add_argument("--url", help="grade a running proxy at this URL (black box)")
-    grade.add_argument("--upstream", help="with --url: the mock upstream that proxy forwards to")
-    grade.add_argument("--roster", nargs="+", metavar="PATH", help="submission files or folders")
-    grade.add_argument("--out", help="with --roster: folder for grades.csv and feedback files")
-    grade.add_argument("--jobs", type=int, help="with --roster: submissions graded at once")
-    grade.add_argument(
-        "--shard",
-        metavar="K/N",
-        help="with --roster: grade only the K-th of N disjoint slices (1-based); join the "
-        "slices' --out folders with `labkit merge`",
-    )
-    grade.add_argument(
-        "--reference",
-        metavar="PATH",
-        help="with --roster: the instructor's proxy.py to compare submissions with; its "
-        f"scaffold is not counted (default: {DEFAULT_REFERENCE}, if it exists)",
-    )
-    grade.add_argument(
-        "--similar-above",
-        type=float,
-        metavar="SCORE",
-        help="with --roster: flag a submission whose similarity to the reference or another "
-        f"submission is above this, 0 to 1 (default: {DEFAULT_THRESHOLD}); shown, not scored",
-    )
-    grade.add_argument("--rubric", help="TOML file with weights and time limits")
-    grade.add_argument(
-        "--notebooks",
-        metavar="DIR",
-        help="with a proxy file: also grade the in-notebook parts of the learner's notebooks in "
-        "DIR (a roster grades them for every entry once one holds notebooks/)",
-    )
-    grade.add_argument("--json", action="store_true", help="print the report as JSON")
-    grade.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
-    grade.add_argument("--only", nargs="+", metavar="ID", choices=ALL_IDS, help="check ids")
-    grade.add_argument(
-        "--engine",
-        nargs="?",
-        const=OUR_ENGINE,
-        metavar="URL",
-        help="run the checks that need no fault injection against a real engine instead of the "
-        "mock: ours (llama-server with SmolLM2-135M, built by `make engine`), or the "
-        "OpenAI-compatible engine at URL (no /v1; with --url, the engine that proxy forwards to)",
-    )
-    grade.add_argument(
+def _add_rubric(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rubric", help="TOML file with weights and time limits")
+
+
+def _add_only(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--only", nargs="+", metavar="ID", choices=ALL_IDS, help="check ids")
+
+
+def _add_one_report(parser: argparse.ArgumentParser) -> None:
+    """The options of a command that grades one proxy and prints its report."""
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
         "--profile",
         choices=PROFILES,
         default="lab",
         help="lab: the lab's checks (default, seconds each); gateway: also the cases a deployed "
         "gateway meets that take the real durations (minute_stream: over a minute)",
     )
-    grade.set_defaults(run=_run_grade)
+    _add_only(parser)
+    _add_rubric(parser)
 
 
-def _run_grade(args: argparse.Namespace) -> int:
-    modes = [args.file is not None, args.url is not None, args.roster is not None]
-    if sum(modes) != 1:
-        raise UsageError(
-            "Expected one of: a proxy file, --url URL --upstream URL, or --roster PATH --out DIR. "
-            "Run `labkit grade --help` for examples."
-        )
-    if args.url is not None and args.upstream is None and not args.engine:
-        raise UsageError(
-            "--url needs --upstream: the mock upstream that proxy forwards to "
-            "(start one with `mock-upstream --port 8001`), or --engine URL: the real engine "
-            "it forwards to (a running proxy cannot be pointed at an engine started now)."
-        )
-    if args.url is not None and args.upstream is not None and args.engine is not None:
-        raise UsageError(
-            "--url takes --upstream (a mock) or --engine URL (a real engine), not both: give "
-            "the one that proxy forwards to."
-        )
-    if args.roster is not None and args.out is None:
-        raise UsageError("--roster needs --out DIR: where to write grades.csv and feedback.")
-    if args.roster is not None and args.gradescope is not None:
-        raise UsageError("--gradescope grades one submission; leave it out with --roster.")
-    if args.roster is not None and args.profile != "lab":
-        raise UsageError(
-            "--profile gateway grades one deployed gateway (--url) or one file; a roster is "
-            "graded on the lab's checks. Leave --profile out with --roster."
-        )
-    if args.engine is not None and args.roster is not None:
-        raise UsageError(
-            "--engine grades one proxy at a time (the engine is one machine that the checks "
-            "share): give a proxy file, or grade the roster against the mock."
-        )
+def _checks_of(args: argparse.Namespace) -> list[str] | None:
+    """The checks to run: --only's, else the profile's (None: the lab's, every one)."""
     if args.only is None and args.profile != "lab":
-        args.only = list(select(None, args.profile))
-    rubric = Rubric.load(args.rubric)
-    if args.roster is not None:
-        return _grade_roster(args, rubric)
-    if args.url is not None:
-        report = asyncio.run(_grade_url(args, rubric))
-    else:
-        path = Path(args.file)
-        if not path.is_file():
-            message = f"There is no file {path}. Give the path of the proxy.py to grade."
-            if args.gradescope is not None:  # Gradescope needs a results file whatever happens
-                results = gradescope.message_results(message, time.monotonic())
-                gradescope.write_results(Path(args.gradescope), results)
-            raise UsageError(message)
-        report = _grade_file(args, path, rubric)
-    if args.gradescope is not None:  # what run_autograder writes for the same grade
-        gradescope.write_results(Path(args.gradescope), gradescope.results_for(report))
+        return list(select(None, args.profile))
+    only: list[str] | None = args.only
+    return only
+
+
+def _show_report(args: argparse.Namespace, report: SubmissionReport) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -188,7 +129,107 @@ def _run_grade(args: argparse.Namespace) -> int:
     return _exit_code([report])
 
 
-def _grade_file(args: argparse.Namespace, path: Path, rubric: Rubric) -> SubmissionReport:
+class _MovedOption(argparse.Action):
+    """An option of ``labkit grade`` that became a command of its own: hidden from --help, and a
+    usage error that names the command to run instead, with what was given."""
+
+    def __init__(
+        self,
+        option_strings: Sequence[str],
+        dest: str,
+        *,
+        command: str,
+        example: Callable[[list[str]], str],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.command, self.example = command, example
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        given = [] if values is None else [values] if isinstance(values, str) else list(values)
+        raise UsageError(
+            f"`labkit grade {self.option_strings[0]}` is now `labkit {self.command}`: run "
+            f"`{self.example(given)}` (`labkit {self.command} --help` lists its options)."
+        )
+
+
+def _grade_url_example(given: list[str]) -> str:
+    url = shlex.join(given) if given else "http://127.0.0.1:8080"
+    return f"labkit grade-url {url} --upstream http://127.0.0.1:8001"
+
+
+def _grade_class_example(given: list[str]) -> str:
+    paths = shlex.join(given) if given else "submissions/"
+    return f"labkit grade-class {paths} --out grades/"
+
+
+# ---------------------------------------------------------------------------------------------
+# labkit grade
+
+
+def _add_grade(subcommands: argparse._SubParsersAction[_CommandParser]) -> None:
+    grade = subcommands.add_parser(
+        "grade",
+        help="grade one learner's proxy.py with the property checks",
+        description="Grade one learner's proxy.py in a sandbox. A running proxy: `labkit "
+        "grade-url`; a class: `labkit grade-class`.",
+    )
+    grade.add_argument("file", metavar="PROXY.py", help="the proxy.py to grade")
+    grade.add_argument(
+        "--notebooks",
+        metavar="DIR",
+        help="also grade the in-notebook parts of the learner's notebooks in DIR (`labkit "
+        "grade-class` grades them for every entry once one holds notebooks/)",
+    )
+    grade.add_argument(
+        "--engine",
+        nargs="?",
+        const=OUR_ENGINE,
+        metavar="URL",
+        help="run the checks that need no fault injection against a real engine instead of the "
+        "mock: ours (llama-server with SmolLM2-135M, built by `make engine`), or the "
+        "OpenAI-compatible engine at URL (no /v1)",
+    )
+    grade.add_argument("--gradescope", metavar="PATH", help="write Gradescope's results.json")
+    _add_one_report(grade)
+    grade.add_argument(
+        "--url", action=_MovedOption, nargs="?", command="grade-url", example=_grade_url_example
+    )
+    grade.add_argument(
+        "--roster",
+        action=_MovedOption,
+        nargs="*",
+        command="grade-class",
+        example=_grade_class_example,
+    )
+    grade.set_defaults(run=_run_grade)
+
+
+def _run_grade(args: argparse.Namespace) -> int:
+    only = _checks_of(args)
+    rubric = Rubric.load(args.rubric)
+    path = Path(args.file)
+    if not path.is_file():
+        message = f"There is no file {path}. Give the path of the proxy.py to grade."
+        if args.gradescope is not None:  # Gradescope needs a results file whatever happens
+            results = gradescope.message_results(message, time.monotonic())
+            gradescope.write_results(Path(args.gradescope), results)
+        raise UsageError(message)
+    report = _grade_file(args, path, rubric, only)
+    if args.gradescope is not None:  # what run_autograder writes for the same grade
+        gradescope.write_results(Path(args.gradescope), gradescope.results_for(report))
+    return _show_report(args, report)
+
+
+def _grade_file(
+    args: argparse.Namespace, path: Path, rubric: Rubric, only: list[str] | None
+) -> SubmissionReport:
     """Grade one file in a worker; with --engine, against our engine (started for this
     grading and stopped after it) or the one at --engine's URL."""
     notebooks = None if args.notebooks is None else Path(args.notebooks)
@@ -196,7 +237,7 @@ def _grade_file(args: argparse.Namespace, path: Path, rubric: Rubric) -> Submiss
         raise UsageError(f"--notebooks {notebooks} is not a folder: give the learner's notebooks/.")
     submission = Submission(path.name, path, notebooks, parts=notebooks is not None)
     if args.engine is None:
-        return grade_in_worker(submission, rubric, rubric_path=args.rubric, only=args.only)
+        return grade_in_worker(submission, rubric, rubric_path=args.rubric, only=only)
     from labkit.grading.engine_upstream import engine_at, start_grading_engine
 
     if args.engine == OUR_ENGINE:
@@ -204,16 +245,95 @@ def _grade_file(args: argparse.Namespace, path: Path, rubric: Rubric) -> Submiss
     engine = start_grading_engine() if args.engine == OUR_ENGINE else engine_at(args.engine)
     try:
         return grade_in_worker(
-            submission, rubric, rubric_path=args.rubric, only=args.only, engine_url=engine.url
+            submission, rubric, rubric_path=args.rubric, only=only, engine_url=engine.url
         )
     finally:
         engine.stop()  # ours stops; an engine given by URL is left running
 
 
-async def _grade_url(args: argparse.Namespace, rubric: Rubric) -> SubmissionReport:
-    if not args.engine:  # --engine without a URL was refused in _run_grade
-        return await agrade_url(args.url, args.upstream, rubric, only=args.only)
-    return await agrade_url(args.url, args.engine, rubric, only=args.only, upstream="engine")
+# ---------------------------------------------------------------------------------------------
+# labkit grade-url
+
+
+def _add_grade_url(subcommands: argparse._SubParsersAction[_CommandParser]) -> None:
+    grade_url = subcommands.add_parser(
+        "grade-url",
+        help="grade a running proxy or gateway at a URL, as a black box",
+        description="Grade a proxy that is already running (yours, nginx, another gateway) as a "
+        "black box, in front of the upstream it forwards to: a mock (--upstream) or a real "
+        "engine (--engine). The checks that read the usage log are skipped.",
+    )
+    grade_url.add_argument(
+        "url", metavar="URL", help="the running proxy, e.g. http://127.0.0.1:8080"
+    )
+    forwards_to = grade_url.add_mutually_exclusive_group(required=True)
+    forwards_to.add_argument(
+        "--upstream",
+        metavar="URL",
+        help="the mock upstream that proxy forwards to (start one with "
+        "`mock-upstream --port 8001`)",
+    )
+    forwards_to.add_argument(
+        "--engine",
+        metavar="URL",
+        help="the real engine that proxy forwards to, OpenAI-compatible (no /v1); a running "
+        "proxy cannot be pointed at an engine started now",
+    )
+    _add_one_report(grade_url)
+    grade_url.set_defaults(run=_run_grade_url)
+
+
+def _run_grade_url(args: argparse.Namespace) -> int:
+    only = _checks_of(args)
+    rubric = Rubric.load(args.rubric)
+    if args.engine is None:
+        graded = agrade_url(args.url, args.upstream, rubric, only=only)
+    else:
+        graded = agrade_url(args.url, args.engine, rubric, only=only, upstream="engine")
+    return _show_report(args, asyncio.run(graded))
+
+
+# ---------------------------------------------------------------------------------------------
+# labkit grade-class
+
+
+def _add_grade_class(subcommands: argparse._SubParsersAction[_CommandParser]) -> None:
+    grade_class = subcommands.add_parser(
+        "grade-class",
+        help="grade a class's submissions into grades.csv and one feedback file each",
+        description="Grade every submission (a .py file, or a folder or .zip holding proxy.py) "
+        "against the mock, on the lab's checks, into grades.csv, feedback files and a "
+        "similarity page. Sharded with --shard K/N on many machines; join with `labkit merge`.",
+    )
+    grade_class.add_argument(
+        "paths", nargs="+", metavar="PATH", help="submission files or folders of them"
+    )
+    grade_class.add_argument(
+        "--out", required=True, help="new folder for grades.csv and the feedback files"
+    )
+    grade_class.add_argument("--jobs", type=int, help="submissions graded at once")
+    grade_class.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="grade only the K-th of N disjoint slices (1-based); join the slices' --out "
+        "folders with `labkit merge`",
+    )
+    grade_class.add_argument(
+        "--reference",
+        metavar="PATH",
+        help="the instructor's proxy.py to compare submissions with; its scaffold is not "
+        f"counted (default: {DEFAULT_REFERENCE}, if it exists)",
+    )
+    grade_class.add_argument(
+        "--similar-above",
+        type=float,
+        metavar="SCORE",
+        help="flag a submission whose similarity to the reference or another submission is "
+        f"above this, 0 to 1 (default: {DEFAULT_THRESHOLD}); shown, not scored",
+    )
+    _add_only(grade_class)
+    _add_rubric(grade_class)
+    grade_class.set_defaults(run=_run_grade_class)
 
 
 def _similarity_threshold(args: argparse.Namespace) -> float:
@@ -235,8 +355,9 @@ def _near_copy_note(row: SimilarityRow | None) -> str:
     return f"  {row.flag} of {whom} ({match.score:.2f})"
 
 
-def _grade_roster(args: argparse.Namespace, rubric: Rubric) -> int:
-    roster = find_submissions(args.roster)
+def _run_grade_class(args: argparse.Namespace) -> int:
+    rubric = Rubric.load(args.rubric)
+    roster = find_submissions(args.paths)
     order = {s.learner: i for i, s in enumerate(roster)}
     shard = None
     if args.shard is not None:
@@ -330,11 +451,11 @@ def _print_class(written: ClassResults, threshold: float) -> None:
 # labkit merge
 
 
-def _add_merge(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_merge(subcommands: argparse._SubParsersAction[_CommandParser]) -> None:
     merge_cmd = subcommands.add_parser(
         "merge",
         help="join the folders of sharded roster runs into one grades.csv and feedback folder",
-        description="Join `labkit grade --roster ... --shard K/N --out OUT` folders into one.",
+        description="Join `labkit grade-class ... --shard K/N --out OUT` folders into one.",
     )
     merge_cmd.add_argument("folders", nargs="+", metavar="OUT", help="each shard's --out folder")
     merge_cmd.add_argument("--out", required=True, help="new folder for the merged results")
@@ -345,7 +466,7 @@ def _add_merge(subcommands: argparse._SubParsersAction[argparse.ArgumentParser])
         help=f"the instructor's proxy.py, for similarity (default: {DEFAULT_REFERENCE})",
     )
     merge_cmd.add_argument(
-        "--similar-above", type=float, metavar="SCORE", help="as for labkit grade --roster"
+        "--similar-above", type=float, metavar="SCORE", help="as for labkit grade-class"
     )
     merge_cmd.add_argument(
         "--manual",
@@ -387,7 +508,7 @@ def _run_merge(args: argparse.Namespace) -> int:
 # labkit answers
 
 
-def _add_answers(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_answers(subcommands: argparse._SubParsersAction[_CommandParser]) -> None:
     answers = subcommands.add_parser(
         "answers",
         help="collect the class's written answers into pages to mark, and a marks.csv",
@@ -427,7 +548,7 @@ def _run_answers(args: argparse.Namespace) -> int:
 # labkit autograder
 
 
-def _add_autograder(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_autograder(subcommands: argparse._SubParsersAction[_CommandParser]) -> None:
     autograder = subcommands.add_parser(
         "autograder",
         help="write an autograder for a grading service (gradescope)",
@@ -466,7 +587,7 @@ def _run_autograder(args: argparse.Namespace) -> int:
 # labkit doctor
 
 
-def _add_doctor(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_doctor(subcommands: argparse._SubParsersAction[_CommandParser]) -> None:
     doctor = subcommands.add_parser("doctor", help="check this machine is ready for the lab")
     doctor.add_argument("--strict", action="store_true", help="treat warnings as failures")
     doctor.set_defaults(run=_run_doctor)
@@ -484,7 +605,7 @@ def _run_doctor(args: argparse.Namespace) -> int:
 # labkit engine
 
 
-def _add_engine(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_engine(subcommands: argparse._SubParsersAction[_CommandParser]) -> None:
     engine = subcommands.add_parser(
         "engine",
         help="the real engine: llama.cpp's llama-server with SmolLM2-135M, built from PyPI",
@@ -531,7 +652,7 @@ def _run_engine_serve(args: argparse.Namespace) -> int:
 # labkit student
 
 
-def _add_student(subcommands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_student(subcommands: argparse._SubParsersAction[_CommandParser]) -> None:
     student = subcommands.add_parser(
         "student",
         help="write the learner bundle: notebooks and proxy.py with solutions stubbed, set-up",
@@ -591,8 +712,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="labkit",
         description="Streaming Proxy Lab: grade proxies, check a setup, make learner copies.",
     )
-    subcommands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subcommands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_CommandParser
+    )
     _add_grade(subcommands)
+    _add_grade_url(subcommands)
+    _add_grade_class(subcommands)
     _add_doctor(subcommands)
     _add_engine(subcommands)
     _add_student(subcommands)
@@ -603,8 +728,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # argparse printed --help (0) or what it refused (2)
+            return 0 if exc.code in (0, None) else 2
         code: int = args.run(args)
     except LabkitError as exc:  # a usage or setup error: the class says which exit code
         print(f"error: {exc}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 A check's own hint is written for the lab's learner: it names the notebook that teaches the fix
 and the Python that makes it (``httpx.AsyncClient``, a bounded ``asyncio.Queue``). Graded by URL
-(``labkit grade --url``), the thing graded may be nginx, Caddy, HAProxy, Apache, lighttpd,
+(``labkit grade-url``), the thing graded may be nginx, Caddy, HAProxy, Apache, lighttpd,
 Varnish or LiteLLM, and that advice is useless there. ``for_gateway`` swaps it for advice about
 the property and where a gateway's settings decide it. Verdicts are left alone: they say what was
 observed at the wire, which holds for any proxy.

@@ -1,6 +1,6 @@
 """A class's results on disk, graded in one run or in shards on many machines, then merged.
 
-``labkit grade --roster DIR --out OUT`` writes::
+``labkit grade-class DIR --out OUT`` writes::
 
     OUT/grades.csv          one line per submission (``report.CSV_FIELDS``)
     OUT/feedback/NAME.md    what each learner gets back; OUT/feedback/summary.png the class
@@ -144,8 +144,8 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((folder / MANIFEST).read_text())
     except FileNotFoundError:
         raise MergeError(
-            f"{folder} has no {MANIFEST}: it is not the --out folder of `labkit grade "
-            "--roster`. Pass the folders the shards wrote."
+            f"{folder} has no {MANIFEST}: it is not the --out folder of `labkit "
+            "grade-class`. Pass the folders the shards wrote."
         ) from None
     except ValueError as exc:
         raise MergeError(

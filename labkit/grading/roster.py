@@ -146,7 +146,7 @@ def find_submissions(paths: Iterable[str | os.PathLike[str]]) -> list[Submission
         shown = ", ".join(str(p) for p in paths)
         raise GradingError(
             f"Expected .py files or folders holding proxy.py in {shown}, found none. "
-            "Point --roster at the folder of submissions."
+            "Point `labkit grade-class` at the folder of submissions."
         )
     seen: dict[str, int] = {}
     unique = []

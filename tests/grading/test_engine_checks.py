@@ -175,29 +175,24 @@ def test_the_report_names_the_engine_and_reads_it_back() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
+        (["grade-class", "x", "--out", "y", "--engine"], "unrecognized arguments: --engine"),
         (
-            ["--roster", "x", "--out", "y", "--engine"],
-            "--engine grades one proxy at a time (the engine is one machine that the checks "
-            "share): give a proxy file, or grade the roster against the mock.",
+            ["grade-url", "http://127.0.0.1:9", "--engine"],
+            "argument --engine: expected one argument",
         ),
         (
-            ["--url", "http://127.0.0.1:9", "--engine"],
-            "--url needs --upstream: the mock upstream that proxy forwards to (start one with "
-            "`mock-upstream --port 8001`), or --engine URL: the real engine it forwards to (a "
-            "running proxy cannot be pointed at an engine started now).",
-        ),
-        (
-            ["--url", "http://127.0.0.1:9", "--upstream", "http://m", "--engine", "http://e"],
-            "--url takes --upstream (a mock) or --engine URL (a real engine), not both: give "
-            "the one that proxy forwards to.",
+            ["grade-url", "http://127.0.0.1:9", "--upstream", "http://m", "--engine", "http://e"],
+            "argument --engine: not allowed with argument --upstream",
         ),
     ],
 )
-def test_engine_usage_errors_say_what_to_do_and_exit_2(
+def test_engine_usage_errors_are_refused_by_the_commands_parser_with_exit_2(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["grade", *argv]) == 2
-    assert capsys.readouterr().err == f"error: {message}\n"
+    """A class is graded against the mock (one engine shared by every check cannot grade many
+    proxies at once); a running proxy needs the URL of the engine it already forwards to."""
+    assert main(argv) == 2
+    assert capsys.readouterr().err.endswith(f"labkit {argv[0]}: error: {message}\n")
 
 
 @pytest.mark.sockets

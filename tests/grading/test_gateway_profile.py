@@ -37,10 +37,10 @@ def test_a_minute_long_check_gets_a_time_limit_it_fits_in() -> None:
     assert rubric.time_limit_s(ALL_IDS) >= 100 + 30  # minute_stream's budget and a start margin
 
 
-def test_a_roster_is_not_graded_on_the_gateway_profile(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["grade", "--roster", "x", "--out", "y", "--profile", "gateway"]
+def test_a_class_is_not_graded_on_the_gateway_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["grade-class", "x", "--out", "y", "--profile", "gateway"]
     assert main(argv) == 2
-    assert "Leave --profile out with --roster." in capsys.readouterr().err
+    assert "labkit grade-class: error: unrecognized arguments: --profile" in capsys.readouterr().err
 
 
 # The reference, and two ways a gateway loses a long, mostly silent stream (the reference's own

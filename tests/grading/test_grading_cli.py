@@ -1,10 +1,12 @@
-"""``labkit grade`` end to end: exact output where it is deterministic, exit codes, and a batch
-of submissions that fail in every way a submission can, which must not stop the batch."""
+"""``labkit grade``, ``grade-url`` and ``grade-class`` end to end: exact output where it is
+deterministic, exit codes, each command refusing another mode's options, and a batch of
+submissions that fail in every way a submission can, which must not stop the batch."""
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -43,29 +45,107 @@ def not_run_lines() -> list[str]:
     return [f"  FAIL  {i:<25}  not run: the proxy could not be graded" for i in CHECK_IDS]
 
 
+def test_a_missing_proxy_file_says_what_to_give_and_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["grade", "missing.py"]) == 2
+    assert capsys.readouterr().err == (
+        "error: There is no file missing.py. Give the path of the proxy.py to grade.\n"
+    )
+
+
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("argv", "refusal"),
     [
+        (["grade"], "the following arguments are required: PROXY.py"),
         (
-            [],
-            "Expected one of: a proxy file, --url URL --upstream URL, or --roster PATH --out DIR. "
-            "Run `labkit grade --help` for examples.",
+            ["grade-url", "http://127.0.0.1:9"],
+            "one of the arguments --upstream --engine is required",
         ),
         (
-            ["--url", "http://127.0.0.1:9"],
-            "--url needs --upstream: the mock upstream that proxy forwards to "
-            "(start one with `mock-upstream --port 8001`), or --engine URL: the real engine "
-            "it forwards to (a running proxy cannot be pointed at an engine started now).",
+            ["grade-url", "http://127.0.0.1:9", "--upstream", "http://m", "--engine", "http://e"],
+            "argument --engine: not allowed with argument --upstream",
         ),
-        (["--roster", "x"], "--roster needs --out DIR: where to write grades.csv and feedback."),
-        (["missing.py"], "There is no file missing.py. Give the path of the proxy.py to grade."),
+        (["grade-class", "x"], "the following arguments are required: --out"),
     ],
 )
-def test_usage_errors_say_what_to_do_and_exit_2(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+def test_each_grading_command_refuses_what_it_lacks_with_its_own_usage(
+    argv: list[str], refusal: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: labkit {argv[0]} ")
+    assert err.endswith(f"labkit {argv[0]}: error: {refusal}\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "moved"),
+    [
+        (
+            ["--url", "http://127.0.0.1:8080", "--upstream", "http://127.0.0.1:8001"],
+            "`labkit grade --url` is now `labkit grade-url`: run `labkit grade-url "
+            "http://127.0.0.1:8080 --upstream http://127.0.0.1:8001` (`labkit grade-url --help` "
+            "lists its options).",
+        ),
+        (
+            ["--url"],
+            "`labkit grade --url` is now `labkit grade-url`: run `labkit grade-url "
+            "http://127.0.0.1:8080 --upstream http://127.0.0.1:8001` (`labkit grade-url --help` "
+            "lists its options).",
+        ),
+        (
+            ["--roster", "submissions/", "--out", "grades/", "--jobs", "2"],
+            "`labkit grade --roster` is now `labkit grade-class`: run `labkit grade-class "
+            "submissions/ --out grades/` (`labkit grade-class --help` lists its options).",
+        ),
+        (
+            ["--out", "grades/", "--roster", "ana.py", "my class/"],
+            "`labkit grade --roster` is now `labkit grade-class`: run `labkit grade-class "
+            "ana.py 'my class/' --out grades/` (`labkit grade-class --help` lists its options).",
+        ),
+    ],
+)
+def test_an_old_grade_mode_names_the_command_to_run_instead_and_exits_2(
+    argv: list[str], moved: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["grade", *argv]) == 2
-    assert capsys.readouterr().err == f"error: {message}\n"
+    assert capsys.readouterr().err == f"error: {moved}\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "foreign"),
+    [
+        (["grade", "proxy.py"], ["--upstream", "http://m"]),
+        (["grade", "proxy.py"], ["--out", "grades"]),
+        (["grade", "proxy.py"], ["--shard", "1/2"]),
+        (["grade-url", "http://p", "--upstream", "http://m"], ["--gradescope", "r.json"]),
+        (["grade-url", "http://p", "--upstream", "http://m"], ["--notebooks", "nb"]),
+        (["grade-url", "http://p", "--upstream", "http://m"], ["--out", "grades"]),
+        (["grade-class", "x", "--out", "y"], ["--gradescope", "r.json"]),
+        (["grade-class", "x", "--out", "y"], ["--profile", "gateway"]),
+        (["grade-class", "x", "--out", "y"], ["--engine"]),
+        (["grade-class", "x", "--out", "y"], ["--upstream", "http://m"]),
+        (["grade-class", "x", "--out", "y"], ["--json"]),
+    ],
+)
+def test_each_grading_command_refuses_another_modes_option(
+    command: list[str], foreign: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*command, *foreign]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: labkit {command[0]} ")
+    assert err.endswith(
+        f"labkit {command[0]}: error: unrecognized arguments: {' '.join(foreign)}\n"
+    )
+
+
+def test_help_lists_one_command_per_grading_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    shown = capsys.readouterr().out
+    for command in ("grade", "grade-url", "grade-class"):
+        assert re.search(rf"^    {command}\s", shown, re.M), command
+    assert main(["grade", "--help"]) == 0
+    assert "--roster" not in capsys.readouterr().out  # the moved options are hidden
 
 
 def test_a_bad_rubric_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -147,7 +227,7 @@ def test_json_output_reports_checks_by_id(
 def test_black_box_grading_skips_only_what_needs_the_usage_log(
     reference_proxy: ServerHandle, mock: ServerHandle, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["grade", "--url", reference_proxy.url, "--upstream", mock.url]
+    argv = ["grade-url", reference_proxy.url, "--upstream", mock.url]
     assert main([*argv, "--only", "trickle", "usage", "upstream_status"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"Grading {reference_proxy.url}"
@@ -175,7 +255,7 @@ def test_a_batch_of_broken_submissions_is_graded_to_the_end(
     (roster / "bob" / "proxy.py").write_text(SYNTAX_ERROR)
     out = tmp_path / "grades"
 
-    assert main(["grade", "--roster", str(roster), "--out", str(out), "--jobs", "2"]) == 1
+    assert main(["grade-class", str(roster), "--out", str(out), "--jobs", "2"]) == 1
 
     with (out / "grades.csv").open() as handle:
         rows = {row["learner"]: row for row in csv.DictReader(handle)}

@@ -66,11 +66,13 @@ def test_the_actions_matrix_grades_every_shard_then_merges_them() -> None:
 def test_the_slurm_line_and_the_guides_commands_are_ones_labkit_accepts() -> None:
     guide = (DOCS / "grading-at-scale.md").read_text()
     (array,) = re.findall(r"--array=1-(\d+)", guide)
-    (line,) = re.findall(r"'(labkit grade --roster [^']+)'", guide)
+    (line,) = re.findall(r"'(labkit grade-class [^']+)'", guide)
     for k in range(1, int(array) + 1):
         argv = _accepted(line, **{"${SLURM_ARRAY_TASK_ID}": str(k)})
         assert parse_shard(_shard_of(argv)).count == int(array)
-    for command in re.findall(r"^(labkit (?:grade|merge|autograder) [^#\n]+)", guide, re.M):
+    for command in re.findall(
+        r"^(labkit (?:grade(?:-url|-class)?|merge|autograder) [^#\n]+)", guide, re.M
+    ):
         _accepted(command.strip())
 
 

@@ -62,7 +62,7 @@ def test_merged_shards_equal_the_unsharded_grades(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     roster = _roster(tmp_path)
-    common = ["grade", "--roster", str(roster), "--reference", str(REFERENCE), "--only", *ONLY]
+    common = ["grade-class", str(roster), "--reference", str(REFERENCE), "--only", *ONLY]
     assert main([*common, "--out", str(tmp_path / "all")]) == 1
     for k in (1, 2):
         assert main([*common, "--shard", f"{k}/2", "--out", str(tmp_path / f"s{k}")]) == 1
@@ -92,7 +92,7 @@ def test_merged_shards_equal_the_unsharded_grades(
 
 
 def test_merging_a_folder_that_is_not_a_roster_run_says_what_to_pass(tmp_path: Path) -> None:
-    with pytest.raises(MergeError, match="is not the --out folder of `labkit grade --roster`"):
+    with pytest.raises(MergeError, match="is not the --out folder of `labkit grade-class`"):
         merge([tmp_path], tmp_path / "out", Rubric())
     (tmp_path / "roster.json").write_text(json.dumps({"shard": [1, 1]}) + "{")
     with pytest.raises(MergeError, match="is not valid JSON"):

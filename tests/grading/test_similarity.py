@@ -1,6 +1,6 @@
 """Near-copies: renamed and reordered copies of the reference score high, independently written
 proxies (other designs, and honest fill-ins of the same scaffold) score low, the scaffold alone
-scores nothing, and ``labkit grade --roster`` writes the columns and the instructor's page."""
+scores nothing, and ``labkit grade-class`` writes the columns and the instructor's page."""
 
 from __future__ import annotations
 
@@ -865,7 +865,7 @@ def test_the_roster_writes_similarity_columns_and_an_instructor_page(
     (roster / "ben.py").write_text(renamed_and_reordered(reference) + SYNTAX_ERROR_TAIL)
     (roster / "cy.py").write_text(RAW_ASGI_PROXY + SYNTAX_ERROR_TAIL)
     out = tmp_path / "grades"
-    argv = ["grade", "--roster", str(roster), "--out", str(out), "--reference", str(REFERENCE)]
+    argv = ["grade-class", str(roster), "--out", str(out), "--reference", str(REFERENCE)]
 
     assert main([*argv, "--only", "trickle", "--jobs", "3", "--similar-above", "0.6"]) == 1
 
@@ -895,7 +895,7 @@ def test_without_a_reference_the_roster_says_so_and_leaves_the_columns_empty(
     (tmp_path / "ana.py").write_text(reference_source() + SYNTAX_ERROR_TAIL)
     monkeypatch.chdir(tmp_path)  # no solutions/proxy.py here
 
-    assert main(["grade", "--roster", "ana.py", "--out", "grades", "--only", "trickle"]) == 1
+    assert main(["grade-class", "ana.py", "--out", "grades", "--only", "trickle"]) == 1
 
     assert (
         "Similarity not measured: no solutions/proxy.py here. Pass --reference PATH "
@@ -926,6 +926,6 @@ def test_roster_similarity_usage_errors_say_what_to_do(
     argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "ana.py").write_text("x = 1\n")
-    base = ["grade", "--roster", str(tmp_path / "ana.py"), "--out", str(tmp_path / "out")]
+    base = ["grade-class", str(tmp_path / "ana.py"), "--out", str(tmp_path / "out")]
     assert main([*base, *argv]) == 2
     assert capsys.readouterr().err == f"error: {message}\n"

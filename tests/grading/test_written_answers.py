@@ -166,7 +166,7 @@ def test_marks_merged_back_appear_in_grades_csv_exactly_as_written(
 ) -> None:
     roster = make_class(tmp_path, learner_notebooks, questions, 3)
     graded = tmp_path / "graded"
-    argv = ["grade", "--roster", str(roster), "--only", "trickle", "--out", str(graded)]
+    argv = ["grade-class", str(roster), "--only", "trickle", "--out", str(graded)]
     assert main(argv) in (0, 1)
     before = read_csv(graded / "grades.csv")
     answers = tmp_path / "answers"
