@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="class-roster-") as scratch:
         folder = Path(scratch)
         roster = make_roster(folder, args.size)
-        base = [str(LABKIT), "grade", "--roster", str(roster)]
+        base = [str(LABKIT), "grade-class", str(roster)]
         times = {"1": timed([[*base, "--jobs", str(args.cpus), "--out", str(folder / "all")]])}
         print(f"1 run, {args.cpus} at a time: {times['1']:.0f} s", flush=True)
         for n in args.shards:

@@ -1,4 +1,4 @@
-"""What ``labkit grade --url`` says about real gateways, each in front of the mock upstream.
+"""What ``labkit grade-url`` says about real gateways, each in front of the mock upstream.
 
     python -m bench.gateways                          every gateway, graded once
     python -m bench.gateways caddy varnish-pipe       only these (see bench.gateway_configs)
@@ -7,7 +7,7 @@
 
 Each gateway (``bench.gateway_configs``) is started as a foreground process of its own, with its
 configuration, pid file and logs in a temporary folder, listening on 127.0.0.1 and forwarding
-to a fresh ``mock-upstream``; then ``labkit grade --url GATEWAY --upstream MOCK --json`` grades
+to a fresh ``mock-upstream``; then ``labkit grade-url GATEWAY --upstream MOCK --json`` grades
 it as a black box (``usage`` is skipped: there is no usage log to read). The Debian packages
 that are missing are installed first with apt-get when this runs as root (``--no-install``: not),
 with a ``policy-rc.d`` that keeps their services from starting; a gateway that still cannot run
@@ -120,7 +120,7 @@ def grade(gateway: Gateway) -> dict[str, Any]:
         except RuntimeError as exc:
             return {"problem": f"did not start: {exc}"}
         try:
-            argv = [sys.executable, "-m", "labkit.cli", "grade", "--url", server.url]
+            argv = [sys.executable, "-m", "labkit.cli", "grade-url", server.url]
             argv += ["--upstream", mock.url, "--json"]
             done = subprocess.run(
                 argv, capture_output=True, text=True, timeout=GRADE_TIMEOUT_S, check=False
