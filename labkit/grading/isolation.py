@@ -17,6 +17,10 @@ The network is not the sandbox's: the whole grading (the worker, its mocks, ever
 a network namespace of its own with only loopback in it (``labkit.grading.network``), so the
 grader reaches the proxy and the proxy the mock, and learner code reaches nothing else.
 
+A process the grader starts (a proxy, the notebook runner) gets a :class:`Confinement`: its own
+cgroup where one can be made, and the wrapped command; releasing it kills what is left in the
+cgroup and says whether the tree was over its memory limit.
+
 Strategies are chosen by name, uvicorn-style: ``KINDS["bubblewrap"]``, ``KINDS["none"]``;
 ``choose()`` picks the strongest that works and says why it could not do better. "none" still
 applies the limits it can and says plainly that learner code ran with the grader's rights.
@@ -47,6 +51,7 @@ __all__ = [
     "KINDS",
     "Bubblewrap",
     "Cgroup",
+    "Confinement",
     "Isolation",
     "Kind",
     "Limits",
@@ -331,6 +336,40 @@ def _bubblewrap_works() -> str:
         shown = done.stderr.decode(errors="replace").strip().splitlines()
         return f"bwrap is refused here ({shown[-1] if shown else done.returncode}; in a container?)"
     return ""
+
+
+class Confinement:
+    """One process tree inside ``isolation``: a cgroup of its own with the isolation's limits
+    (as root, where one can be made; else None) joined before the sandbox's wrappers."""
+
+    def __init__(self, isolation: Isolation, cgroup: Cgroup | None) -> None:
+        self.isolation = isolation
+        self.cgroup = cgroup
+
+    @classmethod
+    def create(cls, isolation: Isolation, limits: Limits | None = None) -> Confinement:
+        """With a cgroup holding ``limits`` (default: the isolation's) where one can be made."""
+        wanted = isolation.limits if limits is None else limits
+        cgroup = Cgroup.create(wanted) if os.geteuid() == 0 else None
+        return cls(isolation, cgroup)
+
+    def wrap(self, argv: list[str], *, writable: Iterable[Path]) -> list[str]:
+        """``argv`` in the sandbox, with ``writable`` the folders it may write; the cgroup
+        joined first, so everything the sandbox starts is counted in it."""
+        wrapped = self.isolation.wrap(argv, cgroup=self.cgroup, writable=writable)
+        return [*self.cgroup.join_prefix(), *wrapped] if self.cgroup is not None else wrapped
+
+    def memory_exceeded(self) -> bool:
+        return self.cgroup is not None and self.cgroup.memory_exceeded()
+
+    def release(self) -> bool:
+        """Kill what is left in the cgroup and remove it; whether the tree held more memory
+        than its limit (False without a cgroup: nothing measured it)."""
+        if self.cgroup is None:
+            return False
+        exceeded = self.cgroup.memory_exceeded()
+        self.cgroup.remove()
+        return exceeded
 
 
 def choose(limits: Limits | None = None, kind: Kind | None = None) -> Isolation:

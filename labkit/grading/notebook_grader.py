@@ -45,7 +45,7 @@ import labkit
 from labkit.checks import CheckResult
 from labkit.checks.machine import Budget
 from labkit.errors import GradingError
-from labkit.grading.isolation import MIB, Cgroup, Isolation, Limits, choose
+from labkit.grading.isolation import MIB, Confinement, Isolation, Limits, choose
 from labkit.grading.notebook_parts import (
     CHECK_TAG,
     CourseNotebook,
@@ -248,10 +248,8 @@ def _run_once(
     cwd = work / "learner" / "notebooks"
     isolation.prepare([path for path in work.rglob("*")] + [work])
     command = [sys.executable, "-m", "labkit.grading.notebook_runner", str(plan), str(events)]
-    cgroup = Cgroup.create(NOTEBOOK_LIMITS) if os.geteuid() == 0 else None
-    wrapped = isolation.wrap(command, cgroup=cgroup, writable=[work])
-    if cgroup is not None:
-        wrapped = [*cgroup.join_prefix(), *wrapped]
+    confinement = Confinement.create(isolation, NOTEBOOK_LIMITS)
+    wrapped = confinement.wrap(command, writable=[work])
     if nice := shutil.which("nice"):
         wrapped = [nice, "-n", str(NICENESS), *wrapped]
     env = clean_env(cwd, {"MPLBACKEND": "Agg", "IPYTHONDIR": str(work / ".ipython")})
@@ -292,12 +290,9 @@ def _run_once(
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-        if cgroup is not None:
-            exceeded = cgroup.memory_exceeded()
-            cgroup.remove()
-            if exceeded and result.stopped is None:
-                limit = NOTEBOOK_LIMITS.memory_bytes // MIB
-                result.why = f"the notebooks held more than {limit} MiB of memory and were stopped"
+        if confinement.release() and result.stopped is None:
+            limit = NOTEBOOK_LIMITS.memory_bytes // MIB
+            result.why = f"the notebooks held more than {limit} MiB of memory and were stopped"
         isolation.reap()
     for progress in result.progress:
         progress.update()

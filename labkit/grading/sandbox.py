@@ -29,7 +29,7 @@ from labkit.errors import (
     StartTimeoutError,
     TargetLoadError,
 )
-from labkit.grading.isolation import Cgroup, Isolation, choose
+from labkit.grading.isolation import Confinement, Isolation, choose
 from labkit.grading.report import Problem
 from labkit.servers import CHILD_MODULE, SubprocessServer, next_name
 
@@ -78,12 +78,12 @@ def clean_env(
 class SandboxedProxy(SubprocessServer):
     """A submission's proxy in its sandbox; stopping it also empties and removes its cgroup."""
 
-    def __init__(self, *args: Any, cgroup: Cgroup | None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, confinement: Confinement, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.cgroup = cgroup
+        self.confinement = confinement
 
     def memory_exceeded(self) -> bool:
-        return self.cgroup is not None and self.cgroup.memory_exceeded()
+        return self.confinement.memory_exceeded()
 
     @property
     def server_pid(self) -> int | None:
@@ -105,8 +105,7 @@ class SandboxedProxy(SubprocessServer):
         try:
             super().stop()
         finally:
-            if self.cgroup is not None:
-                self.cgroup.remove()  # kills what is left in it first
+            self.confinement.release()  # kills what is left in its cgroup first
 
 
 def start_proxy(
@@ -130,13 +129,12 @@ def start_proxy(
     isolation = isolation or choose()
     machine = Budget.here() if budget is None else budget
     env = clean_env(cwd, {"UPSTREAM_URL": upstream_url, "USAGE_LOG": os.fspath(usage_log)})
-    cgroup = Cgroup.create(isolation.limits) if os.geteuid() == 0 else None
+    confinement = Confinement.create(isolation)
     isolation.prepare([cwd])
 
     def wrap(command: list[str], own_dir: Path) -> list[str]:
         isolation.prepare([own_dir])
-        wrapped = isolation.wrap(command, cgroup=cgroup, writable=[cwd, own_dir])
-        return [*cgroup.join_prefix(), *wrapped] if cgroup is not None else wrapped
+        return confinement.wrap(command, writable=[cwd, own_dir])
 
     proxy = SandboxedProxy(
         os.fspath(submission),
@@ -146,18 +144,15 @@ def start_proxy(
         cwd=cwd,
         start_timeout=PROXY_START_TIMEOUT_S * machine.start_scale(together),
         wrap=wrap,
-        cgroup=cgroup,
+        confinement=confinement,
     )
     try:
         return cast(SandboxedProxy, proxy.start())
     except BaseException as exc:
-        if cgroup is not None:
-            exceeded = cgroup.memory_exceeded()
-            cgroup.remove()
-            if exceeded and isinstance(exc, ServerStartError):
-                raise MemoryLimitExceeded(
-                    name=proxy.name, limit_bytes=isolation.limits.memory_bytes
-                ) from exc
+        if confinement.release() and isinstance(exc, ServerStartError):
+            raise MemoryLimitExceeded(
+                name=proxy.name, limit_bytes=isolation.limits.memory_bytes
+            ) from exc
         raise
 
 
