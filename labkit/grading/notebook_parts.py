@@ -1,7 +1,8 @@
 """The in-notebook parts a learner writes, graded by the checks their notebooks already run.
 
-Notebooks 08 to 13 judge what a learner writes in the notebook itself (an adapter, a scanner, a
-release policy, an nginx location) with :class:`labkit.notebook_checks.NotebookChecks`. The
+Notebooks 01, 03 and 08 to 14 judge what a learner writes in the notebook itself (a timing
+client, a gzip strategy, an adapter, a scanner, a release policy, an nginx location, a prediction
+of the chat page's states) with :class:`labkit.notebook_checks.NotebookChecks`. The
 grader runs those same check cells, headless, on the learner's code only. This module decides
 *what* runs; ``labkit.grading.notebook_grader`` runs it in the sandbox and reads the verdicts.
 
@@ -19,6 +20,9 @@ Which cells run, for one notebook, in the notebook's order:
 * **check**: the instructor's cells tagged ``graded-check``, as they are: the judges are the
   instructor's, so a learner cannot edit one to pass (what their code can do to a judge from
   inside the same process is ``labkit.grading.notebook_grader``'s last paragraph).
+
+A ``%%proxy_part`` cell writes part of ``proxy.py`` (notebooks 02 to 07 and 10): it is graded
+with ``proxy.py`` by ``labkit grade``, never run here, and is no part of its own.
 
 Every other cell (plots, timings, the learner's own experiments) is not run, and of the setup
 cells' top-level statements, a value no cell reads (a capture for a plot, a proxy started for
@@ -61,6 +65,7 @@ __all__ = [
 
 SETUP_TAG = "graded-setup"
 CHECK_TAG = "graded-check"
+PROXY_PART_MAGIC = "%%proxy_part"  # a cell that writes its functions into proxy.py
 Role = Literal["setup", "part", "check"]
 
 
@@ -339,6 +344,8 @@ def course_notebook(path: Path) -> CourseNotebook | None:
     no ``graded-check`` cell (nothing of it is graded this way)."""
     cells: list[CourseCell] = []
     for cell in notebook_cells(path.read_bytes(), path.name):
+        if cell.source.lstrip().startswith(PROXY_PART_MAGIC):
+            continue  # a part of proxy.py, graded with proxy.py
         stubbed, count = strip_solutions(cell.source, kind="code", notebook=path.stem)
         if count:
             cells.append(CourseCell("part", cell.cell_id, stubbed, _owners(cell.source)))

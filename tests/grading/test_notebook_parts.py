@@ -43,11 +43,15 @@ from labkit.student import make_student_copies
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "solutions" / "proxy.py"
 PARTS = {
+    "01_baseline_streaming": ["timing_client"],
+    "03_gzip_buffering": ["compress_and_flush", "should_compress"],
     "08_providers_and_normalisation": ["adapter", "cache_and_stops", "refusal", "responses"],
     "09_tool_calls_and_partial_json": ["accumulate", "scanner", "validate", "blocks"],
+    "10_backpressure_and_slow_clients": ["transcript"],
     "11_metrics_billing_and_retries": ["metrics", "billing", "retries", "no_answer"],
     "12_client_states_and_release": ["states", "release", "gateway", "by_sentence"],
     "13_nginx_and_the_edge": ["location"],
+    "14_browser_chat": ["predict"],
 }
 PART_IDS = [f"nb{notebook[:2]}.{check}" for notebook, checks in PARTS.items() for check in checks]
 
@@ -90,6 +94,18 @@ def test_the_graded_parts_are_the_checks_that_judge_an_in_notebook_part(
     location = _only(course, "13")[0].parts
     assert [(p.id, p.judges) for p in location] == [("nb13.location", ("streaming_location",))]
     assert not set(CHECK_IDS) & {p.id for nb in course for p in nb.parts}
+
+
+def test_a_proxy_part_cell_is_graded_with_proxy_py_not_run_as_a_notebook_part(
+    course: list[CourseNotebook],
+) -> None:
+    """03's ``sse_events`` and 10's ``make_queue`` are ``%%proxy_part`` cells: parts of proxy.py,
+    which ``labkit grade`` grades; 07 has only such cells, so it has no row."""
+    for nb in _only(course, "03", "10"):
+        sources = "\n".join(cell.source for cell in nb.cells)
+        assert "%%proxy_part" not in sources, nb.stem
+    assert not _only(course, "07")
+    assert [p.id for p in _only(course, "10")[0].parts] == ["nb10.transcript"]
 
 
 def test_a_learner_run_takes_the_part_cells_from_the_learner_and_the_rest_from_the_course(
@@ -280,6 +296,54 @@ def test_one_part_made_wrong_fails_exactly_that_part(
     assert "09_tool_calls_and_partial_json" in scanner.hint
 
 
+#: A known-wrong edit of one part per notebook (notebook, the cell's definition, old, new).
+WRONG = [
+    # one arrival for the role-only first chunk too: not one per text chunk
+    ("01_baseline_streaming", "def stream_with_timings", "if piece:", "if piece is not None:"),
+    # Z_FINISH at the end only: the frames stay inside zlib until then
+    (
+        "03_gzip_buffering",
+        "def compress_and_flush",
+        "compressor.flush(zlib.Z_SYNC_FLUSH if more_body else zlib.Z_FINISH)",
+        "(b'' if more_body else compressor.flush())",
+    ),
+    ("10_backpressure_and_slow_clients", "class Transcript", '"".join(', '" ".join('),
+    # the classic guess: a refused answer that ends with [DONE] looks complete
+    (
+        "14_browser_chat",
+        "def predict",
+        '"refusal after 5 tokens": ("interrupted", False)',
+        '"refusal after 5 tokens": ("completed", True)',
+    ),
+]
+
+
+@pytest.mark.sockets
+@pytest.mark.slow
+def test_one_known_wrong_part_per_notebook_fails_exactly_that_part(
+    course: list[CourseNotebook], tmp_path: Path
+) -> None:
+    learner = _learner(tmp_path)
+    for notebook, defines, edit, new in WRONG:
+        _edit_cell(learner / "notebooks" / f"{notebook}.ipynb", defines, edit, new)
+    rows = grade_notebook_parts(
+        learner / "notebooks", _only(course, "01", "03", "10", "14"), proxy=learner / "proxy.py"
+    )
+    outcomes = {r.id: r.passed for r in rows}
+    assert outcomes == {
+        "nb01.timing_client": False,
+        "nb03.compress_and_flush": False,
+        "nb03.should_compress": True,
+        "nb10.transcript": False,
+        "nb14.predict": False,
+    }, [(r.id, r.verdict, dict(r.evidence)) for r in rows]
+    saw = {r.id: str(r.evidence.get("saw", "")) for r in rows}
+    assert "17 arrivals for 16 text chunks" in saw["nb01.timing_client"]
+    assert "frames that did not decode as soon as they left: [1, " in saw["nb03.compress_and_flush"]
+    assert "text() gave 'Hel lo', not 'Hello'" in saw["nb10.transcript"]
+    assert saw["nb14.predict"].startswith("refusal after 5 tokens: you predicted ('completed', True)")
+
+
 PLANTED = Path(labkit.checks.__file__).parent / "planted_by_notebook.py"
 DAEMON = ["sleep", "923"]
 PAYLOAD = """
@@ -438,5 +502,5 @@ def test_a_roster_entry_with_notebooks_is_graded_on_its_proxy_and_its_parts_in_o
     report = grade_in_worker(entry, Rubric(), only=["trickle"])
     assert [r.id for r in report.results] == ["trickle", *PART_IDS]
     assert report.score == report.max_score == 100, report.to_json()
-    assert report.points["trickle"] == 75 and report.points["nb13.location"] == 25 / 17
+    assert report.points["trickle"] == 75 and report.points["nb13.location"] == 25 / len(PART_IDS)
     assert learner.is_dir()
