@@ -2,7 +2,8 @@
 
 ``labkit grade-class DIR --out OUT`` writes::
 
-    OUT/grades.csv          one line per submission (``report.CSV_FIELDS``)
+    OUT/grades.csv          one line per submission (``report.csv_fields``: a column per check,
+                            then one per in-notebook part, ``nb08.adapter``, in course order)
     OUT/feedback/NAME.md    what each learner gets back; OUT/feedback/summary.png the class
     OUT/reports/NAME.json   the full report, evidence included
     OUT/sources/NAME.py     the graded file, so a merge can compare submissions for similarity
@@ -29,7 +30,7 @@ from typing import Any
 
 from labkit.checks import CHECK_IDS
 from labkit.errors import MergeError
-from labkit.grading.report import CSV_FIELDS, SubmissionReport, csv_row, feedback_markdown
+from labkit.grading.report import SubmissionReport, csv_fields, csv_row, feedback_markdown
 from labkit.grading.roster import Submission
 from labkit.grading.rubric import Rubric
 from labkit.grading.similarity import SimilarityRow, compare_roster, similarity_markdown
@@ -88,7 +89,7 @@ def _write_table(
     out: Path, reports: Sequence[SubmissionReport], similar: Mapping[str, SimilarityRow]
 ) -> None:
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(CSV_FIELDS))
+        writer = csv.DictWriter(handle, fieldnames=csv_fields(reports))
         writer.writeheader()
         for report in reports:
             writer.writerow(csv_row(report, similar.get(report.name)))

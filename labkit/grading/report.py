@@ -6,22 +6,24 @@ reads (table, feedback) puts the deterministic verdicts first and the measured n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.checks import CHECK_IDS, CheckResult
 from labkit.checks.catalogue import BY_ID
 from labkit.checks.result import MARKS
-from labkit.grading.rubric import Rubric
+from labkit.grading.rubric import Rubric, is_part_id
 from labkit.grading.similarity import SimilarityRow
 
 __all__ = [
     "CSV_FIELDS",
     "Problem",
     "SubmissionReport",
+    "csv_fields",
     "csv_row",
     "feedback_markdown",
+    "part_ids",
     "render_table",
     "summary_of",
 ]
@@ -292,8 +294,26 @@ CSV_FIELDS: Sequence[str] = (
 )
 
 
+def part_ids(reports: Iterable[SubmissionReport]) -> list[str]:
+    """The in-notebook parts (``nb08.adapter``) any of ``reports`` has, in course order: by
+    notebook, then in the order the reports list them."""
+    found: dict[str, None] = {}
+    for report in reports:
+        found.update((r.id, None) for r in report.results if is_part_id(r.id))
+    return sorted(found, key=lambda part: part[2:4])  # stable: each notebook's own order stays
+
+
+def csv_fields(reports: Iterable[SubmissionReport]) -> list[str]:
+    """grades.csv's columns: ``CSV_FIELDS``, with one column per in-notebook part of
+    ``reports`` after the checks' (none when no submission handed in notebooks)."""
+    parts = part_ids(reports)
+    at = CSV_FIELDS.index("problem")
+    return [*CSV_FIELDS[:at], *parts, *CSV_FIELDS[at:]]
+
+
 def csv_row(report: SubmissionReport, similarity: SimilarityRow | None = None) -> dict[str, str]:
-    """One roster line; the similarity columns stay empty when ``similarity`` is None."""
+    """One roster line: a column per check and per in-notebook part the report has (see
+    ``csv_fields``); the similarity columns stay empty when ``similarity`` is None."""
     row = {
         "learner": report.name,
         "file": report.target,
@@ -311,4 +331,7 @@ def csv_row(report: SubmissionReport, similarity: SimilarityRow | None = None) -
     for check_id in CHECK_IDS:
         result = report.result(check_id)
         row[check_id] = "" if result is None else result.outcome
+    for result in report.results:
+        if is_part_id(result.id):
+            row[result.id] = result.outcome
     return row

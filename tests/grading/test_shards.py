@@ -112,3 +112,52 @@ def test_the_summary_shows_the_score_distribution_and_the_checks_failed_most() -
     assert lines[6].split()[-2:] == ["2", "#" * 30]  # [50, 60): two of three at 50
     assert lines[10].split()[-2:] == ["1", "#" * 15]  # [90, 100]: one at 100
     assert lines[-1] == "Failed most often: cancel (2)"
+
+
+def _with_parts(name: str, adapter: bool) -> SubmissionReport:
+    results = [
+        CheckResult("trickle", True, "ok"),
+        CheckResult("nb03.compress_and_flush", True, "ok"),
+        CheckResult("nb03.should_compress", False, "not written yet: should_compress"),
+        CheckResult("nb08.adapter", adapter, "ok" if adapter else "wrong text"),
+    ]
+    return SubmissionReport(name, f"{name}/proxy.py", results, Rubric())
+
+
+def test_grades_csv_has_a_column_per_notebook_part_in_course_order_and_merge_keeps_them(
+    tmp_path: Path,
+) -> None:
+    from labkit.grading.class_results import Shard, write_results
+
+    reports = {"ana": _with_parts("ana", True), "ben": _with_parts("ben", False)}
+    # bob handed in proxy.py alone, graded in a roster without notebooks: its parts stay blank
+    reports["bob"] = SubmissionReport(
+        "bob", "bob.py", [CheckResult("trickle", True, "ok")], Rubric()
+    )
+    order = {"ana": 0, "ben": 1, "bob": 2}
+    for k, names in ((1, ["ana", "bob"]), (2, ["ben"])):
+        write_results(
+            tmp_path / f"s{k}",
+            [reports[n] for n in names],
+            {},
+            order=order,
+            total=3,
+            shard=Shard(k, 2),
+        )
+    merged = tmp_path / "merged"
+    merge([tmp_path / "s1", tmp_path / "s2"], merged, Rubric())
+    with open(merged / "grades.csv", encoding="utf-8") as handle:
+        header = next(csv.reader(handle))
+    parts = ["nb03.compress_and_flush", "nb03.should_compress", "nb08.adapter"]
+    at = header.index("problem")
+    assert header[at - len(parts) : at] == parts
+    rows = {r["learner"]: r for r in _rows(merged)}
+    assert [rows["ana"][p] for p in parts] == ["passed", "failed", "passed"]
+    assert [rows["ben"][p] for p in parts] == ["passed", "failed", "failed"]
+    assert [rows["bob"][p] for p in parts] == ["", "", ""]
+    assert rows["ana"]["trickle"] == "passed"
+    # a shard without notebook parts writes no part columns
+    proxy_only = tmp_path / "proxy_only"
+    write_results(proxy_only, [reports["bob"]], {}, order={"bob": 0}, total=1)
+    with open(proxy_only / "grades.csv", encoding="utf-8") as handle:
+        assert not [name for name in next(csv.reader(handle)) if name.startswith("nb")]
