@@ -28,6 +28,7 @@ import nbformat
 
 from labkit.errors import LabkitError
 from labkit.grading.classroom import RUBRIC_FILE, WORKFLOW_FILE, digests, step_points, workflow
+from labkit.grading.notebook_parts import write_course
 from labkit.grading.rubric import Rubric
 from labkit.packaging import RUNTIME_LOCK, copy_packages, locked_requirements, pyproject, render
 from labkit.proxy_file import PART_MAGIC, part_functions
@@ -201,6 +202,8 @@ def make_bundle(
     proxy = out / "proxy.py"
     proxy.write_text(proxy_source, encoding="utf-8")
     copy_packages(out)
+    # the in-notebook parts' graded cells (solutions stubbed), for the workflow's part steps
+    course = write_course(notebooks, out / "labkit" / "bundle_files")
 
     conda_pip = "\n".join(f"      - {r}" for r in locked_requirements())
     files = {
@@ -223,5 +226,6 @@ def make_bundle(
     (out / "binder" / "postBuild").chmod(0o755)
     classroom = out / WORKFLOW_FILE
     classroom.parent.mkdir(parents=True, exist_ok=True)
-    classroom.write_text(workflow(rubric, digests(out)), encoding="utf-8")
+    parts = [part.id for nb in course for part in nb.parts]
+    classroom.write_text(workflow(rubric, digests(out), parts), encoding="utf-8")
     return Bundle(out, copies, proxy, proxy_regions)

@@ -10,7 +10,10 @@ zip holds::
     run_autograder    python -m labkit.grading.gradescope; a results.json whatever happens
     rubric.toml       the instructor's weights and limits (the defaults when none is given)
     requirements.txt  the grader's lock (``GRADER_LOCK``: no JupyterLab, kernel or aiohttp)
-    grader/           pyproject.toml with the lab's pins, labkit/ and mock_upstream/
+    grader/           pyproject.toml with the lab's pins, labkit/ and mock_upstream/, and in
+                      labkit/bundle_files/course.json the in-notebook parts' graded cells
+                      (``notebook_parts.write_course``: solutions stubbed), which
+                      run_autograder grades the learner's notebooks/ with
 
 No solution is in it: the grader needs none. Set the assignment's points in Gradescope to the
 rubric's ``max_score``: the tests add up to it exactly (``labkit.grading.gradescope``).
@@ -24,15 +27,19 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from labkit.grading.notebook_grader import course_dir
+from labkit.grading.notebook_parts import COURSE_FILE, write_course
 from labkit.grading.rubric import Rubric
 from labkit.packaging import TEMPLATES, copy_packages, pyproject, render
 
-__all__ = ["ENTRYPOINTS", "GRADER_LOCK", "write_gradescope_zip"]
+__all__ = ["COURSE", "ENTRYPOINTS", "GRADER_LOCK", "write_gradescope_zip"]
 
 # `make lock` resolves it from requirements/grader.in within requirements/dev.txt's versions
 GRADER_LOCK = TEMPLATES / "grader-requirements.txt"
 
 ENTRYPOINTS = ("setup.sh", "run_autograder")
+#: The planned course in the zip (and in the grader it installs): what grades the notebook parts.
+COURSE = f"grader/labkit/bundle_files/{COURSE_FILE}"
 EXECUTABLE = 0o755
 
 
@@ -43,8 +50,12 @@ def _add(archive: zipfile.ZipFile, name: str, data: bytes, mode: int = 0o644) ->
     archive.writestr(info, data)
 
 
-def write_gradescope_zip(out: Path, rubric: Rubric | None = None) -> list[str]:
-    """Write the autograder zip to ``out``; returns the names in it, in order."""
+def write_gradescope_zip(
+    out: Path, rubric: Rubric | None = None, course: Path | None = None
+) -> list[str]:
+    """Write the autograder zip to ``out``; returns the names in it, in order. The in-notebook
+    parts are planned from the instructor's notebooks in ``course`` (default: this checkout's,
+    ``notebook_grader.course_dir()``) into ``COURSE``, solutions stubbed."""
     rubric = rubric or Rubric()
     files: dict[str, tuple[bytes, int]] = {
         "setup.sh": (render("gradescope_setup.sh").encode(), EXECUTABLE),
@@ -61,6 +72,7 @@ def write_gradescope_zip(out: Path, rubric: Rubric | None = None) -> list[str]:
     }
     with tempfile.TemporaryDirectory(prefix="labkit-autograder-") as scratch:
         copy_packages(Path(scratch))
+        write_course(course or course_dir(), Path(scratch) / "labkit" / "bundle_files")
         for path in sorted(Path(scratch).rglob("*")):
             if path.is_file():
                 name = "grader/" + path.relative_to(scratch).as_posix()

@@ -1,7 +1,9 @@
 """Gradescope: grade the file in ``submission/`` and always leave a ``results/results.json``.
 
 Gradescope runs ``run_autograder`` once per submission in a fresh container, with the
-learner's upload in ``$AUTOGRADER_ROOT/submission`` (default ``/autograder``), and reads
+learner's upload in ``$AUTOGRADER_ROOT/submission`` (default ``/autograder``): ``proxy.py``
+with the ``notebooks/`` folder beside it, or the ``submission.zip`` that ``make submit`` writes
+(``proxy.py`` alone is graded too, its notebook parts 0 saying what to upload). It reads
 ``results/results.json`` afterwards. When that file is missing or not JSON, all the learner sees
 is "The autograder failed to execute correctly", so ``run`` writes one in every case: score 0
 and a plain message for nothing submitted, a notebook instead of ``proxy.py``, a syntax or
@@ -34,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from labkit.checks import CheckResult
-from labkit.errors import NotGradable
+from labkit.errors import GradingError, NotGradable
 from labkit.grading.report import SubmissionReport, feedback_markdown, summary_of
-from labkit.grading.roster import Submission, grade_in_worker
+from labkit.grading.roster import Submission, grade_in_worker, notebooks_beside, proxy_from_zip
 from labkit.grading.rubric import Rubric
 
 __all__ = [
@@ -78,12 +80,23 @@ def _files(folder: Path) -> list[Path]:
 
 
 def find_submission(folder: Path) -> Found:
-    """The file to grade in ``folder``: ``proxy.py`` (the shallowest), else its only ``.py``
-    file. Raises ``NotGradable`` with what to upload instead."""
+    """The file to grade in ``folder``: ``proxy.py`` (the shallowest), else the ``proxy.py`` of
+    its zip (``make submit``'s ``submission.zip``, unpacked: proxy.py and notebooks/), else its
+    only ``.py`` file. Raises ``NotGradable`` with what to upload instead."""
     files = _files(folder) if folder.is_dir() else []
     proxies = sorted((p for p in files if p.name == EXPECTED), key=lambda p: len(p.parts))
     if proxies:
         return Found(proxies[0])
+    zips = [p for p in files if p.suffix == ".zip"]
+    if len(zips) == 1:
+        try:
+            return Found(proxy_from_zip(zips[0]))
+        except GradingError as exc:
+            raise NotGradable(
+                f"Your upload {zips[0].name} could not be graded: {exc} Upload the "
+                f"submission.zip that `make submit` writes, or {EXPECTED} with your notebooks/ "
+                "folder."
+            ) from None
     python = [p for p in files if p.suffix == ".py"]
     if len(python) == 1:
         return Found(
@@ -102,7 +115,8 @@ def find_submission(folder: Path) -> Found:
         raise NotGradable(
             f"You uploaded a notebook. The grader grades {EXPECTED}, the file your notebooks' "
             f"build-it cells wrote (next to the notebooks folder; `make grade` grades the same "
-            f"file). Upload {EXPECTED} instead."
+            f"file), with your notebooks/ folder beside it. Upload both, or the submission.zip "
+            "that `make submit` writes."
         )
     if not files:
         raise NotGradable(
@@ -201,17 +215,19 @@ def write_results(target: Path, results: dict[str, Any]) -> None:
     target.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
 
 
-def run(root: Path, rubric_path: str | None = None) -> dict[str, Any]:
+def run(root: Path, rubric_path: str | None = None, course: Path | None = None) -> dict[str, Any]:
     """Grade ``root/submission`` and write ``root/results/results.json``; returns what it
-    wrote. Never raises for anything the submission or the grader does."""
+    wrote. With ``course`` (the planned course the autograder zip carries) the in-notebook
+    parts are graded too: from the ``notebooks/`` beside ``proxy.py``, else each scores 0
+    saying what to upload. Never raises for anything the submission or the grader does."""
     started = time.monotonic()
     target = root / "results" / "results.json"
     try:
         rubric = Rubric.load(rubric_path)
         found = find_submission(root / "submission")
-        report = grade_in_worker(
-            Submission(found.path.name, found.path), rubric, rubric_path=rubric_path
-        )
+        notebooks = notebooks_beside(found.path) if course is not None else None
+        submission = Submission(found.path.name, found.path, notebooks, parts=course is not None)
+        report = grade_in_worker(submission, rubric, rubric_path=rubric_path, course=course)
         results = results_for(report, found.note)
     except NotGradable as exc:
         results = message_results(str(exc), started)
@@ -235,8 +251,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the autograder folder (default: $AUTOGRADER_ROOT, else /autograder)",
     )
     parser.add_argument("--rubric", help="the rubric TOML shipped in the autograder zip")
+    parser.add_argument(
+        "--course", help="the planned course the zip carries: grade the notebook parts too"
+    )
     args = parser.parse_args(argv)
-    results = run(Path(args.root), args.rubric)
+    course = Path(args.course) if args.course else None
+    results = run(Path(args.root), args.rubric, course)
     print(f"score {results['score']}; wrote {Path(args.root) / 'results' / 'results.json'}")
     return 0
 

@@ -47,11 +47,12 @@ from labkit.checks.machine import Budget
 from labkit.errors import GradingError
 from labkit.grading.isolation import MIB, Confinement, Isolation, Limits, choose
 from labkit.grading.notebook_parts import (
-    CHECK_TAG,
+    COURSE_FILE,
     CourseNotebook,
     NotebookRun,
     Part,
     course_notebooks,
+    graded_stems,
     learner_run,
     notebook_cells,
 )
@@ -80,8 +81,12 @@ MAX_SAW = 400
 
 
 def course_dir() -> Path:
-    """The instructor's notebooks: this repository's ``notebooks/``, beside the installed
-    ``labkit``. Raises ``GradingError`` when labkit is installed without them."""
+    """The instructor's notebooks: the course planned into a packaged grader's ``bundle_files``
+    (``notebook_parts.write_course``), else this repository's ``notebooks/``, beside the
+    installed ``labkit``. Raises ``GradingError`` when labkit is installed without them."""
+    packaged = Path(labkit.__file__).resolve().parent / "bundle_files"
+    if (packaged / COURSE_FILE).is_file():  # a grader packaged for a platform carries its course
+        return packaged
     folder = Path(labkit.__file__).resolve().parents[1] / "notebooks"
     if not any(folder.glob("[0-9][0-9]_*.ipynb")):
         raise GradingError(
@@ -97,8 +102,7 @@ def notebook_time_limit_s(folder: Path | None = None, budget: Budget | None = No
     (``budget``; default: this one's, ``Budget.here()``)."""
     folder = folder or course_dir()
     machine = Budget.here() if budget is None else budget
-    graded = [p for p in folder.glob("[0-9][0-9]_*.ipynb") if CHECK_TAG in p.read_text("utf-8")]
-    return machine.stretch(START_BUDGET_S + NOTEBOOK_BUDGET_S * len(graded))
+    return machine.stretch(START_BUDGET_S + NOTEBOOK_BUDGET_S * len(graded_stems(folder)))
 
 
 def _hint(part: Part, what: str) -> str:

@@ -30,6 +30,10 @@ an experiment) and a ``print`` are left out too. The learner's notebook supplies
 cells' source; everything else comes from the instructor's notebook, with any solution region
 stubbed, so that no solution reaches the sandbox.
 
+A grader packaged for a platform (the Gradescope zip, the learner bundle's Classroom workflow)
+carries no instructor notebook: ``write_course`` plans the course into ``course.json`` (the
+graded cells, solutions stubbed, and the parts), which ``course_notebooks`` reads instead.
+
 A *part* (one graded row) is one ``checks.check(name, ..., needs=...)`` call of a check cell
 whose ``needs`` name a function or class of a part cell (directly, or through a tuple assigned
 to a name, like notebook 11's ``GATEWAY``). Its id is ``nbNN.name`` (``nb08.adapter``). A check
@@ -51,19 +55,25 @@ from labkit.regions import regions, strip_solutions
 
 __all__ = [
     "CHECK_TAG",
+    "COURSE_FILE",
     "SETUP_TAG",
     "CourseCell",
     "CourseNotebook",
     "NotebookCell",
     "NotebookRun",
     "Part",
+    "course_json",
     "course_notebooks",
+    "graded_stems",
     "learner_run",
     "notebook_cells",
     "part_id",
+    "read_course",
+    "write_course",
 ]
 
 SETUP_TAG = "graded-setup"
+COURSE_FILE = "course.json"  # a planned course, for a grader packaged without the notebooks
 CHECK_TAG = "graded-check"
 PROXY_PART_MAGIC = "%%proxy_part"  # a cell that writes its functions into proxy.py
 Role = Literal["setup", "part", "check"]
@@ -359,9 +369,70 @@ def course_notebook(path: Path) -> CourseNotebook | None:
 
 
 def course_notebooks(folder: Path) -> list[CourseNotebook]:
-    """Every instructor notebook of ``folder`` whose parts are graded, in course order."""
+    """Every instructor notebook of ``folder`` whose parts are graded, in course order; or,
+    when ``folder`` holds a planned course (``COURSE_FILE``), the course planned in it."""
+    planned = folder / COURSE_FILE
+    if planned.is_file():
+        return read_course(planned)
     found = (course_notebook(path) for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")))
     return [course for course in found if course is not None and course.parts]
+
+
+def course_json(course: Sequence[CourseNotebook]) -> list[dict[str, Any]]:
+    """``course`` as JSON: what a packaged grader reads instead of the instructor's notebooks."""
+    return [
+        {
+            "stem": nb.stem,
+            "cells": [[c.role, c.cell_id, c.source, list(c.owners)] for c in nb.cells],
+            "parts": [[p.check, list(p.judges)] for p in nb.parts],
+        }
+        for nb in course
+    ]
+
+
+def read_course(path: Path) -> list[CourseNotebook]:
+    """The course planned in ``path`` (``course_json``'s form). Raises ``ValueError`` saying
+    how to write it again when it is not that."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return [
+            CourseNotebook(
+                str(nb["stem"]),
+                tuple(
+                    CourseCell(role, str(cid), str(src), tuple(o))
+                    for role, cid, src, o in nb["cells"]
+                ),
+                tuple(Part(str(nb["stem"]), str(check), tuple(j)) for check, j in nb["parts"]),
+            )
+            for nb in data
+        ]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{path} is not a planned course ({exc}): package the grader again "
+            "(`labkit autograder gradescope`, `labkit student`)."
+        ) from None
+
+
+def write_course(notebooks: Path, into: Path) -> list[CourseNotebook]:
+    """Plan the course of the instructor's ``notebooks`` (solutions stubbed, as a learner's run
+    takes them) into ``into/COURSE_FILE``, for a grader packaged without the notebooks; returns
+    the course."""
+    course = course_notebooks(notebooks)
+    into.mkdir(parents=True, exist_ok=True)
+    (into / COURSE_FILE).write_text(json.dumps(course_json(course), indent=1) + "\n")
+    return course
+
+
+def graded_stems(folder: Path) -> list[str]:
+    """The notebooks of ``folder`` (or of its planned course) that have graded check cells."""
+    planned = folder / COURSE_FILE
+    if planned.is_file():
+        return [nb.stem for nb in read_course(planned)]
+    return [
+        p.stem
+        for p in sorted(folder.glob("[0-9][0-9]_*.ipynb"))
+        if CHECK_TAG in p.read_text("utf-8")
+    ]
 
 
 def _defines(source: str, name: str) -> bool:

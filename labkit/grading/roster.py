@@ -44,6 +44,7 @@ __all__ = [
     "find_submissions",
     "grade_in_worker",
     "grade_many",
+    "notebooks_beside",
 ]
 
 WORKER_GRACE_S = 20.0  # on top of the rubric's submission limit: process start-up and cleanup
@@ -114,10 +115,14 @@ def _notebooks_from_zip(archive: Path, target: Path) -> None:
                 (target / match.group(1)).write_bytes(opened.read(info))
 
 
-def _notebooks_of(proxy: Path) -> Path | None:
-    """The ``notebooks/`` folder handed in beside ``proxy``, if there is one."""
+def notebooks_beside(proxy: Path) -> Path | None:
+    """The ``notebooks/`` folder handed in beside ``proxy``; else the folder of ``proxy`` itself
+    when the course's notebooks (``NN_*.ipynb``) lie next to it (an upload of loose files);
+    else ``None``."""
     folder = proxy.parent / "notebooks"
-    return folder if folder.is_dir() else None
+    if folder.is_dir():
+        return folder
+    return proxy.parent if any(proxy.parent.glob("[0-9][0-9]_*.ipynb")) else None
 
 
 def find_submissions(paths: Iterable[str | os.PathLike[str]]) -> list[Submission]:
@@ -133,10 +138,10 @@ def find_submissions(paths: Iterable[str | os.PathLike[str]]) -> list[Submission
                     found.append(Submission(entry.stem, entry))
                 elif entry.is_dir() and (entry / "proxy.py").is_file():
                     proxy = entry / "proxy.py"
-                    found.append(Submission(entry.name, proxy, _notebooks_of(proxy)))
+                    found.append(Submission(entry.name, proxy, notebooks_beside(proxy)))
                 elif entry.is_file() and entry.suffix == ".zip":
                     proxy = proxy_from_zip(entry)
-                    found.append(Submission(entry.stem, proxy, _notebooks_of(proxy)))
+                    found.append(Submission(entry.stem, proxy, notebooks_beside(proxy)))
         else:
             raise GradingError(
                 f"Expected a proxy file or a folder of them, got {given}: it "
@@ -166,9 +171,11 @@ def grade_in_worker(
     rubric_path: str | None = None,
     only: Sequence[str] | None = None,
     engine_url: str | None = None,
+    course: Path | None = None,
 ) -> SubmissionReport:
     """Grade one submission in a worker process (against the real engine at ``engine_url``,
-    if given). Raises ``GradingError`` on a setup failure."""
+    if given; its notebook parts, if it has them, by the course in ``course``, default
+    ``notebook_grader.course_dir()``). Raises ``GradingError`` on a setup failure."""
     ids = select(only)
     command = [sys.executable, "-m", "labkit.grading.worker", str(submission.path.resolve())]
     command += ["--name", submission.learner]
@@ -183,10 +190,11 @@ def grade_in_worker(
         # imported here: IPython and nbformat only when notebooks are graded
         from labkit.grading.notebook_grader import course_dir, notebook_time_limit_s
 
-        command += ["--course", str(course_dir())]
+        course = course or course_dir()
+        command += ["--course", str(course.resolve())]
         if submission.notebooks is not None:
             command += ["--notebooks", str(submission.notebooks.resolve())]
-        limit += notebook_time_limit_s()
+        limit += notebook_time_limit_s(course)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="labkit-worker-") as home:
         process = subprocess.Popen(
@@ -207,7 +215,7 @@ def grade_in_worker(
                 "submission_timeout",
                 f"grading did not finish within {limit:g} s and was stopped.",
             )
-            return _failed(submission, rubric, ids, problem, time.monotonic() - started)
+            return _failed(submission, rubric, ids, problem, time.monotonic() - started, course)
     try:
         outcome = WorkerOutcome.parse(out)
         if outcome.kind == "report":
@@ -219,7 +227,7 @@ def grade_in_worker(
             f"the grading worker ended without a report (exit status {process.returncode}).",
             tail,
         )
-        return _failed(submission, rubric, ids, problem, time.monotonic() - started)
+        return _failed(submission, rubric, ids, problem, time.monotonic() - started, course)
     raise GradingError(outcome.error)  # "setup_error": the CLI prints it after "error: "
 
 
@@ -229,6 +237,7 @@ def _failed(
     ids: Sequence[str],
     problem: Problem,
     elapsed: float,
+    course: Path | None = None,
 ) -> SubmissionReport:
     from labkit.checks import CheckResult
 
@@ -240,8 +249,8 @@ def _failed(
         from labkit.grading.notebook_grader import course_dir, not_graded
         from labkit.grading.notebook_parts import course_notebooks
 
-        course = course_notebooks(course_dir())
-        results += not_graded(course, "not run: grading was stopped", "see the problem above.")
+        planned = course_notebooks(course or course_dir())
+        results += not_graded(planned, "not run: grading was stopped", "see the problem above.")
     return SubmissionReport(
         submission.learner, str(submission.path), results, rubric, problem, elapsed
     )

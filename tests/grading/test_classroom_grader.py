@@ -12,6 +12,7 @@ everything must not give a stubbed proxy a single passing step.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -27,7 +28,8 @@ from grading_support import REFERENCE
 
 from labkit.checks import CHECK_IDS
 from labkit.grading.classroom import RUNNER_PATTERN, WORKFLOW_FILE, grader_files, step_points
-from labkit.grading.rubric import Rubric
+from labkit.grading.notebook_parts import COURSE_FILE, course_notebooks, read_course
+from labkit.grading.rubric import Rubric, is_part_id
 from labkit.student import make_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +38,7 @@ REPORTER = "classroom-resources/autograding-grading-reporter@v1"
 NOT_RUN = ("actions/checkout@", "actions/setup-python@", REPORTER)
 # A rubric whose weights do not share 100 evenly: the steps' whole points must still add up.
 RUBRIC = "max_score = 100\n[weights]\ntrickle = 2\ncancel = 2\nusage = 1.5\ntool_calls = 0\n"
+PART_IDS = [p.id for nb in course_notebooks(ROOT / "notebooks") for p in nb.parts]
 
 
 @dataclass
@@ -207,7 +210,7 @@ def test_a_bundle_whose_grader_was_edited_gives_a_stubbed_proxy_no_passing_step(
 
     assert run.passed == [], run.points
     assert sorted(run.points) == sorted(
-        step_points(Rubric.load(pristine / ".github/classroom/rubric.toml"))
+        step_points(Rubric.load(pristine / ".github/classroom/rubric.toml"), PART_IDS)
     )
     check = "Check that the grader files are the instructor's"
     assert run.outcomes[check] == "failure"
@@ -225,7 +228,10 @@ def test_the_workflow_s_points_add_up_to_the_rubric_s_max_score(
     points = {s["with"]["test-name"]: s["with"]["max-score"] for s in steps}
     assert all(isinstance(p, int) for p in points.values()), points  # parseInt: whole points
     assert sum(points.values()) == Rubric.load(rubric_file).max_score == 100
-    assert "tool_calls" not in points and set(points) == set(CHECK_IDS) - {"tool_calls"}
+    assert "tool_calls" not in points
+    assert set(points) == set(CHECK_IDS) - {"tool_calls"} | set(PART_IDS)
+    assert [name for name in points if is_part_id(name)] == PART_IDS  # after the checks'
+    assert sum(points[i] for i in PART_IDS) == 25  # the rubric's default notebook_share
     exact = Rubric.load(rubric_file).points(list(points))  # e.g. trickle 13.79 of 100
     assert all(abs(points[i] - exact[i]) < 1 for i in points), (points, exact)
     assert points["cancel"] > points["usage"] > points["keepalive"]
@@ -284,3 +290,48 @@ def test_the_untouched_bundle_grades_through_its_workflow(pristine: Path, tmp_pa
     (bundle / "proxy.py").write_text(stubbed)
     again = run_workflow(bundle, tmp_path, only=only, setup=False)
     assert again.passed == [] and sorted(again.points) == sorted(only), again.logs
+
+
+def test_the_bundle_carries_the_notebook_parts_course_under_its_digests(pristine: Path) -> None:
+    planned = f"labkit/bundle_files/{COURSE_FILE}"
+    listed = re.findall(r"^\s+[0-9a-f]{64}  (\S+)$", (pristine / WORKFLOW_FILE).read_text(), re.M)
+    assert planned in listed  # a learner who edits a judge changes a digest
+    course = read_course(pristine / planned)
+    assert [p.id for nb in course for p in nb.parts] == PART_IDS
+    assert "BEGIN SOLUTION" not in (pristine / planned).read_text()
+
+
+def _part_step(bundle: Path, part: str, results: Path) -> subprocess.CompletedProcess[str]:
+    """The part's graded step as the workflow runs it, with the bundle's own labkit (so its
+    packaged course) on this environment's interpreter."""
+    command = [sys.executable, "-m", "labkit.grading.classroom", part, "--results", str(results)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "LABKIT"))}
+    env["PYTHONPATH"] = str(bundle)
+    return subprocess.run(command, cwd=bundle, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.sockets
+def test_a_part_step_grades_the_learners_notebooks_once_and_answers_for_its_part(
+    pristine: Path, tmp_path: Path
+) -> None:
+    bundle = _copy(pristine, tmp_path)
+    shutil.copy(REFERENCE, bundle / "proxy.py")
+    results = tmp_path / "grader" / "notebook-parts.json"
+    unwritten = _part_step(bundle, "nb03.should_compress", results)
+    assert unwritten.returncode == 1, unwritten.stderr
+    assert unwritten.stdout.startswith(
+        "FAIL nb03.should_compress: not written yet: should_compress"
+    )
+    assert sorted(json.loads(results.read_text())) == sorted(PART_IDS)  # every part, once
+    shutil.rmtree(bundle / "notebooks")
+    shutil.copytree(ROOT / "notebooks", bundle / "notebooks")  # every part written
+    results.unlink()
+    written = _part_step(bundle, "nb03.should_compress", results)
+    assert written.returncode == 0 and written.stdout.startswith("PASS nb03.should_compress")
+    assert all(row["passed"] for row in json.loads(results.read_text()).values())
+    shutil.rmtree(bundle / "notebooks")  # proxy.py alone: the results already written stand
+    assert _part_step(bundle, "nb14.predict", results).returncode == 0
+    results.unlink()
+    alone = _part_step(bundle, "nb14.predict", results)
+    assert alone.returncode == 1 and "make submit" in alone.stdout

@@ -22,9 +22,11 @@ from grading_support import REFERENCE, write_variant
 from labkit.checks import CHECK_IDS, CheckResult
 from labkit.checks.result import INCONCLUSIVE
 from labkit.cli import main
-from labkit.grading.autograder import GRADER_LOCK, write_gradescope_zip
+from labkit.grading.autograder import COURSE, GRADER_LOCK, write_gradescope_zip
 from labkit.grading.gradescope import NotGradable, find_submission, results_for, run
+from labkit.grading.notebook_parts import course_notebooks
 from labkit.grading.report import SubmissionReport
+from labkit.grading.roster import notebooks_beside
 from labkit.grading.rubric import Rubric
 from labkit.regions import strip_solutions
 from tests.notebooks.bundle_leaks import leaks
@@ -95,15 +97,62 @@ def test_the_zip_has_gradescopes_entry_points_at_its_root_and_no_solution(
     assert leaks(texts) == []
 
 
+def _part_ids() -> list[str]:
+    return [p.id for nb in course_notebooks(ROOT / "notebooks") for p in nb.parts]
+
+
+def test_the_zip_carries_the_notebook_parts_course_without_a_solution(
+    autograder_zip: Path,
+) -> None:
+    with zipfile.ZipFile(autograder_zip) as archive:
+        planned = archive.read(COURSE).decode()
+    assert leaks({COURSE: planned}) == []
+    assert "BEGIN SOLUTION" not in planned
+    stems = [nb["stem"] for nb in json.loads(planned)]
+    assert stems == [nb.stem for nb in course_notebooks(ROOT / "notebooks")]
+
+
+def test_a_submission_zip_or_loose_notebooks_are_found_beside_proxy_py(tmp_path: Path) -> None:
+    """What `make submit` writes (proxy.py and notebooks/ in a zip), and an upload of loose
+    files: both are graded with their notebooks."""
+    upload = tmp_path / "zip"
+    upload.mkdir()
+    with zipfile.ZipFile(upload / "submission.zip", "w") as archive:
+        archive.write(REFERENCE, "proxy.py")
+        archive.writestr("notebooks/08_providers_and_normalisation.ipynb", "{}")
+    found = find_submission(upload).path
+    assert found.read_text() == REFERENCE.read_text()
+    notebooks = notebooks_beside(found)
+    assert notebooks is not None and [p.name for p in notebooks.iterdir()] == [
+        "08_providers_and_normalisation.ipynb"
+    ]
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    shutil.copy(REFERENCE, loose / "proxy.py")
+    (loose / "09_tool_calls_and_partial_json.ipynb").write_text("{}")
+    assert notebooks_beside(find_submission(loose).path) == loose
+    (loose / "09_tool_calls_and_partial_json.ipynb").unlink()
+    assert notebooks_beside(find_submission(loose).path) is None
+    (upload / "submission.zip").write_bytes(b"not a zip")
+    with pytest.raises(NotGradable, match=r"Upload the submission\.zip that `make submit` writes"):
+        find_submission(upload)
+
+
 @pytest.mark.slow
 @pytest.mark.sockets
 def test_a_correct_proxy_scores_full_marks(tmp_path: Path, autograder_zip: Path) -> None:
+    """Handed in as `make submit` writes it: a zip of proxy.py and notebooks/."""
     root = _root(tmp_path, autograder_zip)
-    shutil.copy(REFERENCE, root / "submission" / "proxy.py")
+    with zipfile.ZipFile(root / "submission" / "submission.zip", "w") as archive:
+        archive.write(REFERENCE, "proxy.py")
+        for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+            archive.write(notebook, f"notebooks/{notebook.name}")
     results = _run(root)
     assert results["score"] == 100, results["output"]
-    assert len(results["tests"]) == len(CHECK_IDS)
+    names = [t["name"].split(":")[0] for t in results["tests"]]
+    assert names == [*CHECK_IDS, *_part_ids()]
     assert all(t["status"] == "passed" for t in results["tests"])
+    assert "| nb08.adapter | passed |" in results["output"]
     assert _cents(t["score"] for t in results["tests"]) == 100_00  # not 99.97
     assert _cents(t["max_score"] for t in results["tests"]) == 100_00
     assert results["output_format"] == "md" and results["output"].startswith("# Feedback")
@@ -119,9 +168,12 @@ def test_a_broken_proxy_fails_its_check(tmp_path: Path, autograder_zip: Path) ->
     shutil.copy(tmp_path / "no_usage.py", root / "submission" / "proxy.py")
     results = _run(root)
     failed = [t["name"].split(":")[0] for t in results["tests"] if t["status"] == "failed"]
-    assert failed == ["usage"]
-    usage = Rubric().allot(CHECK_IDS)["usage"]
-    assert results["score"] == round(100 - usage, 2)
+    # proxy.py alone: every notebook part scores 0, saying what to upload
+    assert failed == ["usage", *_part_ids()]
+    parts = [t for t in results["tests"] if t["name"].startswith("nb")]
+    assert all("make submit" in t["output"] for t in parts), parts[0]
+    allotted = Rubric().allot([*CHECK_IDS, *_part_ids()])  # the checks' share: 75, in cents
+    assert results["score"] == round(sum(allotted[i] for i in CHECK_IDS if i != "usage"), 2)
     assert _cents(t["score"] for t in results["tests"]) == round(results["score"] * 100)
 
 

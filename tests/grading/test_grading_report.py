@@ -94,3 +94,24 @@ def test_the_class_chart_is_a_png_drawn_without_changing_matplotlibs_backend(
     summary_chart([make_report(), make_report()], chart)
     assert chart.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert matplotlib.rcParams["backend"] == backend
+
+
+def test_a_notebook_parts_verdict_is_shown_in_the_same_form_as_a_checks() -> None:
+    """The report table, the feedback file and its table: a part's row and its "what to fix"
+    section are built as a check's are, named by its notebook."""
+    part = CheckResult(
+        "nb03.should_compress",
+        False,
+        "event streams and no-transform responses are left alone",
+        {"saw": "should_compress({'content-type': 'text/event-stream'}) -> True, not False"},
+        "in notebook 03_gzip_buffering, write should_compress in its build-it cell",
+    )
+    check = CheckResult("cancel", False, "the upstream went on", {"state": "running"}, "04: close")
+    report = SubmissionReport("ana", "ana/proxy.py", [check, part], Rubric())
+    table = render_table(report)
+    assert "  FAIL  nb03.should_compress " in table and "  FAIL  cancel " in table
+    assert "        fix:  in notebook 03_gzip_buffering, write should_compress" in table
+    feedback = feedback_markdown(report)
+    assert "### nb03.should_compress: written in notebook 03\n" in feedback
+    assert "- **What to change**: in notebook 03_gzip_buffering, write should_compress" in feedback
+    assert "| nb03.should_compress | failed | event streams and no-transform" in feedback

@@ -338,10 +338,11 @@ def test_one_known_wrong_part_per_notebook_fails_exactly_that_part(
         "nb14.predict": False,
     }, [(r.id, r.verdict, dict(r.evidence)) for r in rows]
     saw = {r.id: str(r.evidence.get("saw", "")) for r in rows}
-    assert "17 arrivals for 16 text chunks" in saw["nb01.timing_client"]
+    assert "11 arrivals for 10 text chunks" in saw["nb01.timing_client"]
     assert "frames that did not decode as soon as they left: [1, " in saw["nb03.compress_and_flush"]
     assert "text() gave 'Hel lo', not 'Hello'" in saw["nb10.transcript"]
-    assert saw["nb14.predict"].startswith("refusal after 5 tokens: you predicted ('completed', True)")
+    refusal = "refusal after 5 tokens: you predicted ('completed', True)"
+    assert saw["nb14.predict"].startswith(refusal)
 
 
 PLANTED = Path(labkit.checks.__file__).parent / "planted_by_notebook.py"
