@@ -1,0 +1,90 @@
+"""Notebook 14's ``predict`` part is graded without a browser, against the chat page's state
+machine written again in Python (``page_input`` and ``page_state``, in the cell before its
+check). The two must agree: the Python twin follows the JavaScript rule by rule here, and the
+JavaScript is pinned by its digest, so a change to the page's machine fails this test until
+the twin is brought along.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from labkit.chat import machine_source
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOK = ROOT / "notebooks" / "14_browser_chat.ipynb"
+#: sha256 of ``machine_source()`` when ``page_input``/``page_state`` were last checked against it.
+MACHINE_DIGEST = "d9504dc6ead757aea8546620a3ea6d0853c9d4769fb8baa9da40e863a875e7e8"
+
+
+@pytest.fixture(scope="module")
+def twin() -> dict[str, Any]:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    [cell] = [c for c in nb.cells if c.cell_type == "code" and "def page_state(" in c.source]
+    assert "graded-setup" in cell.metadata.get("tags", [])
+    namespace: dict[str, Any] = {}
+    exec(compile(cell.source, str(NOTEBOOK), "exec"), namespace)
+    return namespace
+
+
+def test_the_pages_machine_is_the_one_the_python_twin_was_checked_against() -> None:
+    digest = hashlib.sha256(machine_source().encode()).hexdigest()
+    assert digest == MACHINE_DIGEST, (
+        "the chat page's state machine (labkit/chat/page.html) changed: bring notebook 14's "
+        "page_input and page_state along (nb14.predict is graded by them), then set "
+        f"MACHINE_DIGEST to {digest}"
+    )
+
+
+def _chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> str:
+    return json.dumps({"choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}]})
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ("[DONE]", "done"),
+        (" [DONE] ", "done"),
+        ("not json", "ignore"),
+        ("null", "ignore"),
+        ("[1]", "ignore"),
+        (json.dumps({"error": {"message": "upstream failed"}}), "error"),
+        (_chunk({"role": "assistant", "content": ""}), "ignore"),
+        (_chunk({"content": "Hel"}), "token"),
+        (_chunk({"refusal": "I can't"}), "refusal"),
+        (_chunk({}, "content_filter"), "refusal"),
+        (_chunk({"content": "x"}, "content_filter"), "token"),  # the content comes first
+        (_chunk({}, "stop"), "finish"),
+        (json.dumps({"choices": [], "usage": {"total_tokens": 3}}), "ignore"),
+        (json.dumps({"choices": ["odd"]}), "ignore"),
+    ],
+)
+def test_page_input_reads_an_event_as_the_pages_input_of_does(
+    twin: dict[str, Any], data: str, expected: str
+) -> None:
+    assert twin["page_input"](data) == expected
+
+
+@pytest.mark.parametrize(
+    ("inputs", "expected"),
+    [
+        ([], "connecting"),
+        (["ignore", "token", "finish", "done", "eof"], "completed"),
+        (["token", "refusal", "done", "eof"], "interrupted"),  # terminal before its [DONE]
+        (["token", "cancel", "done"], "cancelled"),
+        (["token", "token", "eof"], "interrupted"),  # cut: no [DONE]
+        (["error"], "interrupted"),
+        (["done", "cancel"], "completed"),  # terminal states never change
+        (["finish"], "connecting"),
+    ],
+)
+def test_page_state_follows_the_pages_next_state(
+    twin: dict[str, Any], inputs: list[str], expected: str
+) -> None:
+    assert twin["page_state"](inputs) == expected
