@@ -211,3 +211,21 @@ def test_dependencies_are_declared_exactly_as_imported() -> None:
     declared = {canonicalize_name(Requirement(r).name) for r in _runtime()}
     assert imported - declared == set(), "imported but not declared in pyproject.toml"
     assert declared - imported - APPLICATIONS == set(), "declared but imported nowhere"
+
+
+def test_the_grader_lock_holds_what_the_graded_notebook_cells_import() -> None:
+    """Gradescope and Classroom install the grader's lock alone: a module the notebook parts'
+    cells import (or the runner's IPython) missing there scores every part 0 on them."""
+    from labkit.grading.notebook_parts import course_json, course_notebooks
+    from labkit.grading.notebook_runner import _imported
+
+    modules = {"IPython"}
+    for notebook in course_json(course_notebooks(ROOT / "notebooks")):
+        for _role, _id, source, *_ in notebook["cells"]:
+            modules |= {name.split(".")[0] for name in _imported(source)}
+    distributions = importlib.metadata.packages_distributions()
+    third_party = sorted(m for m in modules if m not in sys.stdlib_module_names and m != "labkit")
+    assert {"IPython", "anthropic", "openai"} <= set(third_party)  # the course was read
+    for module in third_party:
+        names = {canonicalize_name(d) for d in distributions.get(module, [])}
+        assert names & set(GRADER_LOCK), f"{module} ({names}) is not in the grader's lock"
