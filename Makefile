@@ -104,8 +104,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two passes (tests/workers.py): the light tests on three workers, then the heavy ones alone.
 unit: $(STAMP)
-	$(BIN)/pytest tests --durations=30
+	$(BIN)/pytest tests -m "not heavy" -n 3 --dist loadfile --durations=20
+	$(BIN)/pytest tests -m heavy --durations=20
 
 nbval: $(STAMP)
 ifneq ($(NOTEBOOKS),)

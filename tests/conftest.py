@@ -1,6 +1,7 @@
 """Fixtures for every test: ``solutions`` importable in child processes, a guard that each
 test stops the servers it started, and ``--in-process`` (``make check``: only the tests that open
-no socket and start no process; see ``tests/in_process.py``).
+no socket and start no process; see ``tests/in_process.py``), and how ``make test``'s workers
+share the tests (``tests/workers.py``).
 
 pytest puts the repository root on its own ``sys.path`` (``pythonpath`` in pyproject.toml);
 the proxies the tests start in child processes, and the grader's worker, find it through
@@ -20,7 +21,7 @@ import pytest
 
 from labkit.engine import EngineHandle
 from labkit.servers._handles import registry
-from tests import in_process
+from tests import in_process, workers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,14 +36,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     in_process.configure(config)
+    workers.addmarker(config)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     in_process.unconfigure(config)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)  # around the others: before -m deselects
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> Generator[None, None, None]:
     in_process.deselect_marked(config, items)
+    workers.mark_heavy(items)
+    yield
 
 
 @pytest.hookimpl(wrapper=True)

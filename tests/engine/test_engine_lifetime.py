@@ -11,7 +11,7 @@ import pytest
 
 from labkit.engine import EngineHandle
 
-pytestmark = pytest.mark.sockets
+pytestmark = [pytest.mark.sockets, pytest.mark.heavy]  # it starts the real engine
 
 KILLED_KERNEL = """
 import os

@@ -16,7 +16,7 @@ import pytest
 from labkit.engine import EngineHandle
 from labkit.servers import bind_socket
 
-pytestmark = pytest.mark.sockets
+pytestmark = [pytest.mark.sockets, pytest.mark.heavy]  # it starts the real engine
 
 LABKIT = Path(sys.executable).with_name("labkit")
 

@@ -21,7 +21,7 @@ from labkit.grading.roster import Submission, grade_in_worker
 from labkit.grading.rubric import Rubric
 from tests.engine_support import require_engine_or_skip
 
-pytestmark = pytest.mark.sockets
+pytestmark = [pytest.mark.sockets, pytest.mark.heavy]  # it starts the real engine
 
 # What a broken proxy fails on the mock that the engine cannot make it fail, and why.
 ENGINE_BLIND = {

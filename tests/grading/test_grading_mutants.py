@@ -40,6 +40,7 @@ REFERENCES = {"reference", "aiohttp-reference"}
 
 @pytest.mark.slow
 @pytest.mark.timeout(520)  # 21 gradings, two at a time
+@pytest.mark.heavy
 @pytest.mark.sockets
 def test_verdict_table(tmp_path: Path) -> None:
     submissions = [
@@ -69,6 +70,7 @@ def test_verdict_table(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
+@pytest.mark.heavy
 @pytest.mark.sockets
 def test_every_solution_region_carries_a_graded_property(tmp_path: Path) -> None:
     """The second table: the reference with one solution region stubbed (as the learner bundle

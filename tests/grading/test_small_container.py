@@ -62,6 +62,7 @@ def cgroups_available() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.usefixtures("cgroups_available")
+@pytest.mark.heavy
 @pytest.mark.sockets
 def test_half_a_cpu_gives_the_same_verdicts(tmp_path: Path) -> None:
     gradings = grade_all(submissions(tmp_path, CHOSEN), cpu=CPU, memory_mb=MEMORY_MB, jobs=JOBS)

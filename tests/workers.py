@@ -1,0 +1,39 @@
+"""How ``make test`` runs the suite in two passes: the light tests on three workers, then the
+heavy ones alone.
+
+Most socket tests wait: on streams paced at tens of tokens a second, on a silence a check must
+see, on a minute-long stream. One of them uses about half a CPU, so three pytest-xdist workers
+(``-m "not heavy" -n 3 --dist loadfile``) finish them in a fraction of the time one process
+takes. ``loadfile`` keeps a module's tests on one worker, so a module-scoped fixture (a mock, a
+built bundle, the fault matrix) starts once. (``--dist loadgroup`` would need ``xdist_group``
+names, which pytest-xdist 3.8 cannot attach to pytest 9's node ids: it silently ignores them.)
+
+A *heavy* test keeps this two-core machine busy on its own, and its timing would suffer beside
+others: it starts the real engine (the ``engine`` fixture, or a test marked ``heavy``: the
+engine decodes on both cores), grades several submissions at once, or grades inside CPU-limited
+cgroups. Those run after, in one process, one at a time (``-m heavy``), as every test did
+before.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+HEAVY = "heavy"
+HEAVY_HELP = (
+    f"{HEAVY}: keeps the machine busy on its own (the real engine, several gradings at once, "
+    'CPU-limited cgroups): `make test` runs these alone, after the others (-m "not heavy")'
+)
+ENGINE = "engine"  # tests/conftest.py's fixture: the real engine
+
+
+def addmarker(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", HEAVY_HELP)
+
+
+def mark_heavy(items: list[pytest.Item]) -> None:
+    """Mark every test that uses the real engine ``heavy``. Runs before ``-m`` deselects (a
+    wrapper hook in the conftest)."""
+    for item in items:
+        if ENGINE in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.heavy)
