@@ -14,7 +14,9 @@ to ``base`` for the test, in this process and (``TMPDIR``) in a ``labkit grade``
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -54,7 +56,14 @@ def folder_reports(
     stop = threading.Event()
 
     def sweep() -> None:
-        for path in base.rglob(PATTERN):
+        # os.walk, not rglob: a grading removes its folders while this walks them, and os.walk
+        # skips a folder that is gone where rglob raises
+        paths = (
+            Path(folder, name)
+            for folder, _, names in os.walk(base)
+            for name in fnmatch.filter(names, PATTERN)
+        )
+        for path in paths:
             if path in found:
                 continue
             try:

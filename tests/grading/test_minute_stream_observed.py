@@ -28,6 +28,7 @@ def minute_stream_of(proxy_file: Path) -> CheckResult:
 
 @pytest.mark.sockets
 @pytest.mark.slow
+@pytest.mark.heavy  # two minute-long gradings at once, their mocks on this process's threads
 @pytest.mark.timeout(200)
 def test_heartbeats_carry_a_minute_long_stream_and_their_absence_loses_it(
     tmp_path: Path,
