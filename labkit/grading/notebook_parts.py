@@ -25,8 +25,9 @@ A ``%%proxy_part`` cell writes part of ``proxy.py`` (notebooks 02 to 07 and 10):
 with ``proxy.py`` by ``labkit grade``, never run here, and is no part of its own.
 
 Every other cell (plots, timings, the learner's own experiments) is not run, and of the setup
-cells' top-level statements, a value no cell reads (a capture for a plot, a proxy started for
-an experiment) and a ``print`` are left out too. The learner's notebook supplies only the part
+cells' top-level statements, a value, an import or a function no cell reads (a capture for a
+plot, a proxy started for an experiment, ``matplotlib.pyplot``, a helper that draws) and a
+``print`` are left out too. The learner's notebook supplies only the part
 cells' source; everything else comes from the instructor's notebook, with any solution region
 stubbed, so that no solution reaches the sandbox.
 
@@ -196,9 +197,24 @@ def without_experiments(source: str) -> str:
     return "\n".join(lines)
 
 
+def _imports(node: ast.Import | ast.ImportFrom) -> set[str] | None:
+    """The names an import binds (``import a.b`` binds ``a``); ``None`` for ``*`` and
+    ``__future__``, which are always kept."""
+    if isinstance(node, ast.ImportFrom) and (
+        node.module == "__future__" or any(alias.name == "*" for alias in node.names)
+    ):
+        return None
+    return {alias.asname or alias.name.split(".")[0] for alias in node.names}
+
+
 def _targets(node: ast.stmt) -> set[str] | None:
-    """The names a top-level statement only binds (``a = ...``, ``a, b = ...``) or, for a
-    bare ``print(...)``, none; ``None`` for any other statement (it is always kept)."""
+    """The names a top-level statement only binds (``a = ...``, ``a, b = ...``, an import, an
+    undecorated ``def`` or ``class``) or, for a bare ``print(...)``, none; ``None`` for any other
+    statement (it is always kept)."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return _imports(node)
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return None if node.decorator_list else {node.name}  # a decorator may register it
     if (
         isinstance(node, ast.Expr)
         and isinstance(node.value, ast.Call)
@@ -223,8 +239,9 @@ def _read_names(node: ast.AST) -> set[str]:
 
 
 def without_unread(cells: Sequence[tuple[Role, str]]) -> tuple[tuple[Role, str], ...]:
-    """``cells`` with each setup cell's values that no cell reads (a capture kept for a plot, a
-    proxy started for an experiment) and its ``print`` calls blanked out, line numbers kept.
+    """``cells`` with each setup cell's values and imports that no cell reads (a capture kept
+    for a plot, a proxy started for an experiment, ``matplotlib.pyplot``: an import can cost a
+    second of CPU, per learner) and its ``print`` calls blanked out, line numbers kept.
     Learner and check cells are kept whole; a value read anywhere (in any function) is kept."""
     trees = [_parse(source) for _, source in cells]
     statements = [

@@ -34,6 +34,7 @@ from labkit.grading.notebook_parts import (
     course_notebooks,
     learner_run,
     notebook_cells,
+    without_unread,
 )
 from labkit.grading.report import Problem, SubmissionReport, feedback_markdown
 from labkit.grading.roster import Submission, _failed, find_submissions, grade_in_worker
@@ -129,6 +130,31 @@ def test_a_learner_run_takes_the_part_cells_from_the_learner_and_the_rest_from_t
     # the experiments are left out: section 1's proxy, the six fates of section 2
     assert 'start_proxy("proxy")' not in sources and "fates = six_fates" not in sources
     assert "def six_fates" in sources and 'ANSWERS = "/v1/answers"' in sources
+
+
+def test_a_setup_cells_imports_and_helpers_no_cell_reads_are_left_out() -> None:
+    """An import costs up to a second and a half of CPU per learner (anthropic, jsonschema,
+    matplotlib): what no kept cell reads is not run; what any cell reads is."""
+    setup = (
+        "import json\n"
+        "import matplotlib.pyplot as plt\n"
+        "from openai import OpenAI\n"
+        "from labkit import *\n"
+        "def draw(xs):\n    plt.plot(xs)\n"
+        "def parse(text):\n    return json.loads(text)\n"
+        "@register\ndef hook():\n    pass\n"
+        "class Unused:\n    pass\n"
+    )
+    part = "def part(text):\n    return parse(text)\n"
+    check = "checks.check('part', 'parses', lambda: part('1') == 1, needs=(part,))\n"
+    [(_, kept), _, _] = without_unread([("setup", setup), ("part", part), ("check", check)])
+    lines = [line for line in kept.split("\n") if line]
+    assert "import json" in lines and "def parse(text):" in lines  # read by the part
+    assert "from labkit import *" in lines and "def hook():" in lines  # kept: * and a decorator
+    for gone in ("import matplotlib.pyplot as plt", "from openai import OpenAI", "def draw(xs):"):
+        assert gone not in lines, gone
+    assert "class Unused:" not in lines
+    assert len(kept.split("\n")) == len(setup.split("\n"))  # line numbers kept for tracebacks
 
 
 def test_a_part_the_learner_deleted_runs_as_its_stub(
