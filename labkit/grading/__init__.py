@@ -1,28 +1,15 @@
 """``labkit grade``: grade learners' proxies with the property checks (``labkit.checks``).
 
-- ``agrade_file(path, rubric)``: one ``proxy.py``, each lane of checks against its own proxy
-  process, with two mock upstreams of its own, in a temporary directory (``grader``);
-- ``agrade_url(url, upstream, rubric)``: a running proxy as a black box (``grader``);
-- ``grade_in_worker`` / ``grade_many``: the same in worker processes with a stripped
-  environment and a hard time limit, many at a time (``roster``);
-- ``Rubric``: weights and limits from TOML (``rubric``); ``SubmissionReport`` and its
-  renderers: table, JSON, Gradescope ``results.json``, feedback, CSV (``report``).
+- ``grader``: ``agrade_file(path, rubric)`` grades one ``proxy.py``, each lane of checks against
+  its own proxy process, with two mock upstreams of its own, in a temporary directory;
+  ``agrade_url(url, upstream, rubric)`` grades a running proxy as a black box;
+- ``roster``: ``grade_in_worker`` / ``grade_many``, the same in worker processes with a stripped
+  environment and a hard time limit, many at a time;
+- ``rubric``: ``Rubric``, weights and limits from TOML; ``report``: ``SubmissionReport`` and its
+  renderers (table, JSON, Gradescope ``results.json``, feedback, CSV);
+- ``notebook_grader`` and ``notebook_runner``: the parts written in the notebooks.
+
+Import from the modules. The package imports nothing itself: the notebook runner, a sandboxed
+process per learner, is a module here, and importing the grader with it would cost each learner
+half a second of CPU.
 """
-
-from labkit.grading.grader import agrade_file, agrade_url
-from labkit.grading.report import Problem, SubmissionReport
-from labkit.grading.roster import Submission, find_submissions, grade_in_worker, grade_many
-from labkit.grading.rubric import Rubric, RubricError
-
-__all__ = [
-    "Problem",
-    "Rubric",
-    "RubricError",
-    "Submission",
-    "SubmissionReport",
-    "agrade_file",
-    "agrade_url",
-    "find_submissions",
-    "grade_in_worker",
-    "grade_many",
-]
