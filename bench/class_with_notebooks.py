@@ -7,9 +7,9 @@ Every learner hands in the reference ``solutions/proxy.py``; in the *with notebo
 is a folder holding it and a copy of the instructor's ``notebooks/`` (so every part runs to its
 verdict, the most the parts can cost), in the *proxy-only* roster a ``.py`` file. Both are graded
 by ``labkit grade-class`` with its default ``--jobs``, one after the other (proxy-only first),
-``--runs`` times; the wall times, the machine's busy CPU time, the load before and after each run and the ratio of the medians
-are printed and saved in ``bench/results/class-with-notebooks-<time>.json``. Issue 30 asks for at
-most 1.5 times.
+``--runs`` times; the wall times, the machine's busy CPU time, the load before and after each
+run and the ratio of the medians are printed and saved in
+``bench/results/class-with-notebooks-<time>.json``. Issue 30 asks for at most 1.5 times.
 """
 
 from __future__ import annotations
