@@ -120,6 +120,11 @@ class Budget:
         """This process's: the CPUs ``cpu_limit`` reads."""
         return cls(cpu_limit())
 
+    @classmethod
+    def given_or_here(cls, budget: Budget | None) -> Budget:
+        """``budget`` when a caller handed one down, else this process's (``here``)."""
+        return cls.here() if budget is None else budget
+
     @property
     def scale(self) -> float:
         """How much longer than usual a check may take: 1 from one CPU up, 2 at half a CPU, at

@@ -233,7 +233,7 @@ async def arun_checks(
         proxy_pid=proxy_pid,
         upstream_token=upstream_token,
         upstream=upstream,
-        budget=Budget.here() if budget is None else budget,
+        budget=Budget.given_or_here(budget),
     )
     results: dict[str, CheckResult] = {}
     if upstream == "engine":

@@ -146,7 +146,7 @@ async def agrade_file(
     ``EngineReadError`` if it does not answer.
     """
     rubric = rubric or Rubric()
-    budget = Budget.here() if budget is None else budget
+    budget = Budget.given_or_here(budget)
     source = Path(path)
     ids = select(only)
     report_name = name or source.name
@@ -372,7 +372,7 @@ async def agrade_url(
     engine (raises ``EngineReadError`` if it does not answer). ``budget``: the machine the time
     limits are for (default: this one's, read once here with ``Budget.here()``)."""
     rubric = rubric or Rubric()
-    budget = Budget.here() if budget is None else budget
+    budget = Budget.given_or_here(budget)
     ids = select(only)
     started = time.monotonic()
     proxy_url = proxy_url.rstrip("/")

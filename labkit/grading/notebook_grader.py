@@ -101,7 +101,7 @@ def notebook_time_limit_s(folder: Path | None = None, budget: Budget | None = No
     """The longest the notebook parts of one learner may take, on the grading's machine
     (``budget``; default: this one's, ``Budget.here()``)."""
     folder = folder or course_dir()
-    machine = Budget.here() if budget is None else budget
+    machine = Budget.given_or_here(budget)
     return machine.stretch(START_BUDGET_S + NOTEBOOK_BUDGET_S * len(graded_stems(folder)))
 
 
@@ -347,7 +347,7 @@ def grade_notebook_parts(
                     f"open {path.name} in JupyterLab, save it, then hand in notebooks/ again.",
                 )
     if runs:
-        machine = Budget.here() if budget is None else budget
+        machine = Budget.given_or_here(budget)
         results.update(_run_all(runs, course, proxy, budget_s, machine))
     return [results[part.id] for nb in course for part in nb.parts]
 

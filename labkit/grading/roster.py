@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from labkit.checks.catalogue import select
-from labkit.checks.machine import cpu_limit
+from labkit.checks.machine import Budget, cpu_limit
 from labkit.errors import GradingError
 from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.rubric import Rubric
@@ -172,11 +172,14 @@ def grade_in_worker(
     only: Sequence[str] | None = None,
     engine_url: str | None = None,
     course: Path | None = None,
+    budget: Budget | None = None,
 ) -> SubmissionReport:
     """Grade one submission in a worker process (against the real engine at ``engine_url``,
     if given; its notebook parts, if it has them, by the course in ``course``, default
-    ``notebook_grader.course_dir()``). Raises ``GradingError`` on a setup failure."""
+    ``notebook_grader.course_dir()``), stopped after the time ``budget``'s machine allows
+    (default: this one's). Raises ``GradingError`` on a setup failure."""
     ids = select(only)
+    machine = Budget.given_or_here(budget)
     command = [sys.executable, "-m", "labkit.grading.worker", str(submission.path.resolve())]
     command += ["--name", submission.learner]
     if rubric_path is not None:
@@ -185,7 +188,8 @@ def grade_in_worker(
         command += ["--only", *only]
     if engine_url is not None:
         command += ["--engine", engine_url]
-    limit = rubric.time_limit_s(ids, engine=engine_url is not None) + WORKER_GRACE_S
+    limit = rubric.time_limit_s(ids, engine=engine_url is not None, budget=machine)
+    limit += WORKER_GRACE_S
     if submission.parts:
         # imported here: IPython and nbformat only when notebooks are graded
         from labkit.grading.notebook_grader import course_dir, notebook_time_limit_s
@@ -194,7 +198,7 @@ def grade_in_worker(
         command += ["--course", str(course.resolve())]
         if submission.notebooks is not None:
             command += ["--notebooks", str(submission.notebooks.resolve())]
-        limit += notebook_time_limit_s(course)
+        limit += notebook_time_limit_s(course, machine)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="labkit-worker-") as home:
         process = subprocess.Popen(
@@ -270,9 +274,12 @@ def grade_many(
     ``on_done(n, report)`` is called as each finishes (n counts from 1), for progress.
     """
     reports: dict[int, SubmissionReport] = {}
+    budget = Budget.here()  # read once: every worker's time limit is set for this machine
     with ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
         futures = {
-            pool.submit(grade_in_worker, s, rubric, rubric_path=rubric_path, only=only): i
+            pool.submit(
+                grade_in_worker, s, rubric, rubric_path=rubric_path, only=only, budget=budget
+            ): i
             for i, s in enumerate(submissions)
         }
         for done, future in enumerate(as_completed(futures), start=1):

@@ -110,7 +110,7 @@ class Rubric:
             needed = sum(check.engine_budget_s for check in checks)
         else:
             needed = max((check.budget_s for check in checks), default=0.0)
-        machine = Budget.here() if budget is None else budget
+        machine = Budget.given_or_here(budget)
         return machine.stretch(max(self.submission_timeout_s, needed + START_MARGIN_S))
 
     def weight(self, check_id: str) -> float:

@@ -127,7 +127,7 @@ def start_proxy(
     Raises ``ServerStartError`` (a subclass per way of failing; see ``problem_from``).
     """
     isolation = isolation or choose()
-    machine = Budget.here() if budget is None else budget
+    machine = Budget.given_or_here(budget)
     env = clean_env(cwd, {"UPSTREAM_URL": upstream_url, "USAGE_LOG": os.fspath(usage_log)})
     confinement = Confinement.create(isolation)
     isolation.prepare([cwd])
