@@ -167,7 +167,7 @@ async def observe(ctx: CheckContext) -> Observed:
             truth = _truth(record.get("prompt_tokens"), record.get("completion_tokens"))
         asked = True if name in ASKING else False if name in UNASKED else None
         got = captures[name].usage is not None
-        sent.append(Sent(name, _seen_id(record, captures[name]), expected, truth, asked, got))
+        sent.append(Sent(name, str(record["id"]), expected, truth, asked, got))
     return await _read_log(ctx.usage_log, sent)
 
 
@@ -227,16 +227,6 @@ def _ids(capture: Capture) -> set[str]:
         if isinstance(chunk, dict) and isinstance(chunk.get("id"), str):
             ids.add(chunk["id"])
     return ids
-
-
-def _seen_id(record: Record, capture: Capture) -> str | None:
-    """The id the proxy's log line must carry: the upstream's, unless the client hung up before
-    any chunk carrying it reached it (on a loaded machine the proxy may not have had one either,
-    and ``_lines_for`` then matches the line by elimination)."""
-    upstream_id = str(record["id"])
-    if capture.disconnected_at is not None and upstream_id not in _ids(capture):
-        return None
-    return upstream_id
 
 
 def _line_count(path: Path) -> int:
