@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -59,7 +60,7 @@ def busy_cpu_s() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def grade(submissions: Path, out: Path) -> dict[str, float]:
+def grade(submissions: Path, out: Path) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     cpu_before = busy_cpu_s()
     started = time.monotonic()
@@ -82,6 +83,15 @@ def grade(submissions: Path, out: Path) -> dict[str, float]:
         "load_after": round(os.getloadavg()[0], 2),
         "learners": len(rows),
         "full_marks": sum(1 for row in rows if row["score"] == row["max_score"]),
+        "short_of_full_marks": {
+            row["learner"]: sorted(
+                f"{column} {value}"
+                for column, value in row.items()
+                if value in ("failed", "inconclusive") or (column == "problem" and value)
+            )
+            for row in rows
+            if row["score"] != row["max_score"]
+        },
     }
 
 
@@ -90,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=50, help="learners in the class")
     parser.add_argument("--runs", type=int, default=1, help="pairs of gradings")
     args = parser.parse_args(argv)
-    runs: list[dict[str, dict[str, float]]] = []
+    runs: list[dict[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="class-with-notebooks-") as tmp:
         work = Path(tmp)
         rosters = {
