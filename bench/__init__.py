@@ -4,7 +4,8 @@ Modules, one concept each:
 
 * :mod:`bench.stats` -- pure figures: percentiles, added latency, batching, capacity verdicts;
 * :mod:`bench.loadgen` -- the load generator, run in its own process (steady, burst, idle, slow);
-* :mod:`bench.meter` -- CPU seconds and resident memory of a server's process tree (psutil);
+* :mod:`bench.meter` -- CPU seconds and resident memory of a server's process tree, and the
+  machine's busy CPU seconds (psutil);
 * :mod:`bench.configs` -- the configurations: direct, reference proxy, variants, nginx, LiteLLM;
 * :mod:`bench.serve` -- uvicorn on a socket the bench bound and handed down (Nagle off);
 * :mod:`bench.runner` -- one benchmark run: start the servers, drive the load, collect figures;

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.meter import machine_busy_s
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 LABKIT = ROOT / ".venv" / "bin" / "labkit"
@@ -52,17 +54,9 @@ def _not_notebooks(folder: str, names: list[str]) -> list[str]:
     return [n for n in names if not n.endswith(".ipynb")]
 
 
-def busy_cpu_s() -> float:
-    """The machine's CPU time spent busy since boot, from /proc/stat (every process, so what
-    the sandboxed runners and their servers use is counted too)."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[:8])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 def grade(submissions: Path, out: Path) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
-    cpu_before = busy_cpu_s()
+    cpu_before = machine_busy_s()
     started = time.monotonic()
     done = subprocess.run(
         [str(LABKIT), "grade-class", str(submissions), "--out", str(out)],
@@ -71,7 +65,7 @@ def grade(submissions: Path, out: Path) -> dict[str, Any]:
         check=False,
     )
     wall = time.monotonic() - started
-    cpu = busy_cpu_s() - cpu_before
+    cpu = machine_busy_s() - cpu_before
     if done.returncode not in (0, 1):
         raise SystemExit(f"labkit grade-class exited {done.returncode}:\n{done.stderr[-2000:]}")
     with (out / "grades.csv").open(newline="") as grades:

@@ -39,3 +39,12 @@ def read(pid: int | None) -> Reading:
         except psutil.Error:
             continue
     return Reading(cpu, rss)
+
+
+def machine_busy_s() -> float:
+    """The whole machine's busy CPU seconds since boot: every process, including those in
+    sandboxes and cgroups that no process tree here reaches (everything but idle and I/O wait)."""
+    times = psutil.cpu_times()
+    return sum(
+        getattr(times, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq", "steal")
+    )
