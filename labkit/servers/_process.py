@@ -26,6 +26,8 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+import psutil
+
 from labkit.errors import (
     AlreadyStartedError,
     ServerExitedError,
@@ -227,11 +229,36 @@ class ProcessServer(ServerHandle):
             except subprocess.TimeoutExpired:
                 _signal_group(process, signal.SIGKILL)
                 process.wait()
-            # Children of the child (if any) get the same treatment.
+            # Children of the child (if any) get the same treatment, and stop() returns only
+            # once they are gone: SIGKILL is delivered asynchronously, so a grandchild can still
+            # be running for a moment after the signal is sent.
             _signal_group(process, signal.SIGKILL)
+            _wait_for_group_to_die(process.pid, timeout=self.stop_grace)
         self._kept = {"stdout": self._read("stdout"), "stderr": self._read("stderr")}
         if remove:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _wait_for_group_to_die(pgid: int, *, timeout: float) -> None:
+    """Wait until no live process is left in group ``pgid`` (zombies count as dead: whoever
+    adopted them reaps them, not us), or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while _group_has_live_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _group_has_live_members(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False  # nobody left in the group, not even a zombie
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return False
 
 
 def _signal_group(process: subprocess.Popen[bytes], sig: signal.Signals) -> None:
