@@ -4,19 +4,18 @@
 of ``course`` (``labkit.grading.notebook_parts``: which cells run, and which checks are parts),
 with ids like ``nb08.adapter``, to stand beside ``proxy.py``'s checks in the same report.
 
-How they run: one Python process per learner (``labkit.grading.notebook_runner``), which
-imports what the notebooks import once and then forks ``RUNNERS`` children, each running its
-share of the notebooks one after another (a notebook's checks mostly wait on the servers they
-started; the imports are most of the CPU). It is started the way the grader starts a proxy
+How they run: one Python process per learner (``labkit.grading.notebook_runner``), which imports
+what the notebooks import once and then forks ``RUNNERS`` children, each taking the next notebook
+from a shared queue when it has finished its last (a notebook's checks mostly wait on the servers
+they started; the imports are most of the CPU). It is started the way the grader starts a proxy
 (``labkit.grading.isolation``: bubblewrap and a cgroup when the machine allows, a stripped
 environment, inside the grading worker's own network namespace). Its folder is a private copy
-holding only the learner's ``proxy.py`` (notebooks 11 to 13 serve it) and an empty
-``notebooks/`` to run in; the cells themselves come in a plan file, so nothing else of the
-learner's, the instructor's or a classmate's is in reach. Each notebook has
-``NOTEBOOK_BUDGET_S`` (stretched on a slow machine like every other budget): a notebook that
-overruns is stopped (the whole process), its parts fail saying so, and the process starts
-again for the notebooks still to run. When the process ends, whatever it left running dies
-with its PID namespace and cgroup, as a proxy's does.
+holding only the learner's ``proxy.py`` (notebooks 11 to 13 serve it) and an empty ``notebooks/`` to
+run in; the cells themselves come in a plan file, so nothing else of the learner's, the instructor's
+or a classmate's is in reach. Each notebook has ``NOTEBOOK_BUDGET_S`` (stretched on a slow machine
+like every other budget): a notebook that overruns is stopped (the whole process), its parts fail
+saying so, and the process starts again for the notebooks still to run. When the process ends,
+whatever it left running dies with its PID namespace and cgroup, as a proxy's does.
 
 What each part scores: the verdict its check printed (pass, fail with what the judge saw, or
 "not written yet" naming the part and its notebook); 0 with a reason when the notebook was not
@@ -73,7 +72,7 @@ NOTEBOOK_BUDGET_S = 60.0  # one notebook's graded cells, at one CPU or more
 START_BUDGET_S = 60.0  # the runner's imports, before its first notebook starts
 NICENESS = 10  # below the proxy's checks, which run beside the notebooks and are timed
 POLL_S = 0.1
-RUNNERS = 2  # notebooks graded side by side for one learner (forked after the imports)
+RUNNERS = 3  # notebooks graded side by side for one learner (forked after the imports)
 # The notebooks serve the learner's proxy (two to four processes), nginx and a mock in one tree.
 NOTEBOOK_LIMITS = Limits(memory_bytes=1536 * MIB, processes=512)
 UPLOAD_HINT = "hand in notebooks/ beside proxy.py: `make submit` writes a zip of both."
@@ -214,12 +213,13 @@ class _Progress:
 
 @dataclass
 class _Round:
-    """One runner's run: each group's progress, and the notebook it was stopped in (if any)."""
+    """One runner process's run: each of its runners' progress, and the notebook it was stopped in
+    (if any)."""
 
     progress: list[_Progress]
     stopped: str | None = None
     why: str = ""
-    killed: bool = False  # stopped by us: the other groups' notebooks in progress run again
+    killed: bool = False  # stopped by us: the other runners' notebooks in progress run again
 
     @property
     def started(self) -> set[str]:
@@ -234,17 +234,19 @@ class _Round:
 
 
 def _run_once(
-    groups: Sequence[Sequence[NotebookRun]],
+    runs: Sequence[NotebookRun],
     work: Path,
     isolation: Isolation,
     budget_s: float,
     start_s: float,
 ) -> _Round:
-    """One runner for ``groups`` (run side by side, each one notebook after another), given
-    ``start_s`` for its imports and ``budget_s`` for each notebook."""
+    """One runner process for ``runs`` (``RUNNERS`` of them side by side, from one queue),
+    given ``start_s`` for its imports and ``budget_s`` for each notebook."""
     plan = work / "runs.json"
+    runners = min(RUNNERS, len(runs))
     plan.write_text(
-        json.dumps([[run.to_json() for run in group] for group in groups]), encoding="utf-8"
+        json.dumps({"runners": runners, "runs": [run.to_json() for run in runs]}),
+        encoding="utf-8",
     )
     events = work / "events"
     for old in work.glob("events-*"):
@@ -257,7 +259,7 @@ def _run_once(
     if nice := shutil.which("nice"):
         wrapped = [nice, "-n", str(NICENESS), *wrapped]
     env = clean_env(cwd, {"MPLBACKEND": "Agg", "IPYTHONDIR": str(work / ".ipython")})
-    result = _Round([_Progress(Path(f"{events}-{n}.jsonl")) for n in range(len(groups))])
+    result = _Round([_Progress(Path(f"{events}-{n}.jsonl")) for n in range(runners)])
     process = subprocess.Popen(
         wrapped,
         cwd=cwd,
@@ -373,8 +375,7 @@ def _run_all(
             shutil.copyfile(proxy, work / "learner" / "proxy.py")
         remaining = list(runs)
         while remaining:
-            groups = [remaining[n::RUNNERS] for n in range(RUNNERS) if remaining[n::RUNNERS]]
-            outcome = _run_once(groups, work, isolation, budget, start_s)
+            outcome = _run_once(remaining, work, isolation, budget, start_s)
             finished: set[str] = set()
             for run in remaining:
                 name = run.notebook

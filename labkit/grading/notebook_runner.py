@@ -2,17 +2,20 @@
 
 ``python -m labkit.grading.notebook_runner PLAN EVENTS``
 
-``PLAN`` is a JSON list of groups, each a list of
+``PLAN`` is a JSON object: ``runs``, a list of
 :class:`labkit.grading.notebook_parts.NotebookRun` (``notebook`` and its ``cells``, each
-``[role, source]``). The runner first imports what the instructor's cells import (OpenAI's and
-Anthropic's SDKs, jsonschema, matplotlib: seconds of CPU), then forks one child per group, so
-the groups run side by side on one set of imports. In a child, each notebook runs in a fresh
-namespace of one IPython shell (not a Jupyter kernel: no ZMQ, no kernel start-up), so
-``%magics`` work as they do in JupyterLab. Each verdict a check cell gives is appended to
-``EVENTS-N.jsonl`` (group N) as one JSON line by ``NotebookChecks`` itself
-(``LABKIT_NOTEBOOK_VERDICTS``); the runner adds ``start`` and ``done`` around each notebook
-(the parent times each notebook by them) and a ``cell_error`` for a cell that raised, which the
-parent shows when a check gave no verdict. What the cells print goes to ``EVENTS-N.jsonl.log``.
+``[role, source]``), and ``runners``, how many to run side by side. The runner first imports
+what the instructor's cells import (OpenAI's and Anthropic's SDKs, jsonschema, matplotlib:
+seconds of CPU), then forks ``runners`` children on that one set of imports. The notebooks wait
+in a queue (a pipe holding one byte per notebook), and each child takes the next one when it has
+finished its last, so a long notebook does not hold back a fixed share of the others. In a
+child, each notebook runs in a fresh namespace of one IPython shell (not a Jupyter kernel: no
+ZMQ, no kernel start-up), so ``%magics`` work as they do in JupyterLab. Each verdict a check
+cell gives is appended to ``EVENTS-N.jsonl`` (child N) as one JSON line by ``NotebookChecks``
+itself (``LABKIT_NOTEBOOK_VERDICTS``); the runner adds ``start`` and ``done`` around each
+notebook (the parent times each notebook by them) and a ``cell_error`` for a cell that raised,
+which the parent shows when a check gave no verdict. What the cells print goes to
+``EVENTS-N.jsonl.log``.
 
 Before the check cells run, ``check_proxy`` (notebook 09's check of ``proxy.py``, beside its own)
 is replaced by one that checks nothing: ``labkit grade`` grades ``proxy.py`` already.
@@ -28,6 +31,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,19 +69,25 @@ def _imported(source: str) -> list[str]:
     return names
 
 
-def _warm(groups: list[list[dict[str, Any]]]) -> None:
-    """Import what the instructor's cells import, once, before the groups fork."""
-    for group in groups:
-        for run in group:
-            for role, source in run["cells"]:
-                if role == "part":
-                    continue  # the learner's imports happen in their own cell
-                for name in _imported(source):
-                    with contextlib.suppress(Exception):
-                        importlib.import_module(name)
+def _warm(runs: list[dict[str, Any]]) -> None:
+    """Import what the instructor's cells import, once, before the runners fork."""
+    for run in runs:
+        for role, source in run["cells"]:
+            if role == "part":
+                continue  # the learner's imports happen in their own cell
+            for name in _imported(source):
+                with contextlib.suppress(Exception):
+                    importlib.import_module(name)
 
 
-def _run_group(group: list[dict[str, Any]], events: Path) -> None:
+def _taken(queue: int, runs: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The notebooks this runner takes from ``queue`` (a pipe's read end), one at a time: a read
+    of one byte from a pipe is atomic, so no two runners take the same notebook."""
+    while index := os.read(queue, 1):
+        yield runs[index[0]]
+
+
+def _run_group(group: Iterable[dict[str, Any]], events: Path) -> None:
     os.environ[VERDICTS_ENV] = str(events)
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -113,28 +123,35 @@ def _run_group(group: list[dict[str, Any]], events: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     plan, events = map(Path, (argv or sys.argv[1:])[:2])
-    groups: list[list[dict[str, Any]]] = json.loads(plan.read_text(encoding="utf-8"))
+    loaded: dict[str, Any] = json.loads(plan.read_text(encoding="utf-8"))
+    runs: list[dict[str, Any]] = loaded["runs"]
+    runners = max(1, min(int(loaded["runners"]), len(runs)))
     os.environ.setdefault("MPLBACKEND", "Agg")
     # jsonschema imports rfc3987_syntax when it is installed (jupyter-events brings it into the
     # lab's environment; the grader's own install has none) only to check the "iri" formats, which
     # no graded cell asks for, and its import builds 38 parsers: a second of CPU per learner.
     sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
-    import IPython.core.interactiveshell  # noqa: F401  (warm: every group needs it)
+    import IPython.core.interactiveshell  # noqa: F401  (warm: every runner needs it)
 
-    _warm(groups)
+    _warm(runs)
     # What the imports made lives as long as the runner: out of the collector's sight, each
     # full collection (IPython's reset makes one per notebook) walks only what the cells made.
     gc.freeze()
-    if len(groups) == 1:
-        _run_group(groups[0], Path(f"{events}-0.jsonl"))
+    if runners == 1:
+        _run_group(runs, Path(f"{events}-0.jsonl"))
         return 0
+    if len(runs) > 256:
+        raise SystemExit(f"a plan holds at most 256 notebooks (one byte each), not {len(runs)}")
+    queue, feed = os.pipe()
+    os.write(feed, bytes(range(len(runs))))  # far below a pipe's 64 KiB: never blocks
+    os.close(feed)  # every runner sees the end of the queue once it is empty
     children = []
-    for n, group in enumerate(groups):
+    for n in range(runners):
         pid = os.fork()
-        if pid == 0:  # the child runs its group and leaves without the parent's cleanup
+        if pid == 0:  # the child runs its notebooks and leaves without the parent's cleanup
             code = 1
             try:
-                _run_group(group, Path(f"{events}-{n}.jsonl"))
+                _run_group(_taken(queue, runs), Path(f"{events}-{n}.jsonl"))
                 code = 0
             finally:
                 os._exit(code)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import tomllib
@@ -531,3 +532,26 @@ def test_a_roster_entry_with_notebooks_is_graded_on_its_proxy_and_its_parts_in_o
     assert report.score == report.max_score == 100, report.to_json()
     assert report.points["trickle"] == 75 and report.points["nb13.location"] == 25 / len(PART_IDS)
     assert learner.is_dir()
+
+
+@pytest.mark.sockets
+def test_the_runners_share_one_queue_each_notebook_runs_once_and_a_long_one_holds_back_none(
+    tmp_path: Path,
+) -> None:
+    # Seven notebooks for three runners: the first sleeps long enough for the other two runners
+    # to take all six short ones from the queue meanwhile. Fixed shares of the list (notebooks
+    # 1, 4, 7 to the first runner) would leave two short notebooks waiting behind the long one.
+    runs = [{"notebook": "long", "cells": [["check", "import time; time.sleep(3)"]]}]
+    runs += [{"notebook": f"short{n}", "cells": [["check", "x = 1"]]} for n in range(6)]
+    (tmp_path / "runs.json").write_text(json.dumps({"runners": 3, "runs": runs}))
+    runner = [sys.executable, "-m", "labkit.grading.notebook_runner", "runs.json", "events"]
+    subprocess.run(runner, cwd=tmp_path, check=True, timeout=60)
+    done: dict[str, list[str]] = {}
+    for n in range(3):
+        for line in (tmp_path / f"events-{n}.jsonl").read_text().splitlines():
+            event = json.loads(line)
+            if event["event"] == "done":
+                done.setdefault(f"runner {n}", []).append(event["notebook"])
+    ran = sorted(name for names in done.values() for name in names)
+    assert ran == sorted(run["notebook"] for run in runs), done
+    assert ["long"] in done.values(), done  # the runner that took it took nothing else
