@@ -373,7 +373,10 @@ def _run_all(
         (work / "learner" / "notebooks").mkdir(parents=True)
         if proxy is not None and proxy.is_file():
             shutil.copyfile(proxy, work / "learner" / "proxy.py")
-        remaining = list(runs)
+        # The queue from the last notebook to the first: the later ones start more servers
+        # (12 and 13 serve proxy.py, 13 nginx too) and take longest, and a long notebook taken
+        # last would leave the other runners idle while it ends.
+        remaining = runs[::-1]
         while remaining:
             outcome = _run_once(remaining, work, isolation, budget, start_s)
             finished: set[str] = set()
