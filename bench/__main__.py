@@ -6,6 +6,7 @@
     python -m bench --suite unit grade  also time parts of the test suite (not by default)
     python -m bench mock-capacity [...] the mock upstream's own capacity (bench/mock_capacity.py)
     python -m bench soak [...]          the reliability soak (tests/reliability/soak.py)
+    python -m bench relay [...]         what the reference relay adds to TTFT (bench/relay.py)
     python -m bench report FILE.json    print the table and goals of an earlier run again
 
 Results: ``bench/results/bench-<time>.json`` and PNG plots beside it; the markdown table for the
@@ -30,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 # the reliability tests whose quick version runs it).
 PARTS = {
     "mock-capacity": HERE / "mock_capacity.py",
+    "relay": HERE / "relay.py",
     "soak": HERE.parent / "tests" / "reliability" / "soak.py",
 }
 

@@ -555,3 +555,41 @@ def test_the_runners_share_one_queue_each_notebook_runs_once_and_a_long_one_hold
     ran = sorted(name for names in done.values() for name in names)
     assert ran == sorted(run["notebook"] for run in runs), done
     assert ["long"] in done.values(), done  # the runner that took it took nothing else
+
+
+def test_a_class_grades_every_proxy_before_any_notebook_parts_and_merges_each_learners_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Notebook runners beside other learners' timed proxy checks cost the reference marks on a
+    busy machine: ``grade_many`` grades in two rounds, and each learner gets one report."""
+    import labkit.grading.roster as roster_module
+
+    order: list[tuple[str, str]] = []
+
+    def fake_worker(
+        submission: Submission, rubric: Rubric, *, parts_only: bool = False, **_: object
+    ) -> SubmissionReport:
+        order.append(("parts" if parts_only else "proxy", submission.learner))
+        assert parts_only or not submission.parts  # the proxy round grades proxy.py alone
+        ids = PART_IDS if parts_only else list(CHECK_IDS)
+        results = [labkit.checks.CheckResult(i, True, "ok", {}, "") for i in ids]
+        return SubmissionReport(submission.learner, str(submission.path), results, rubric)
+
+    monkeypatch.setattr(roster_module, "grade_in_worker", fake_worker)
+    learners = [
+        Submission("ada", REFERENCE, None, parts=True),
+        Submission("bob", REFERENCE),
+        Submission("cy", REFERENCE, None, parts=True),
+    ]
+    finished: list[str] = []
+    reports = roster_module.grade_many(
+        learners, Rubric(), jobs=2, on_done=lambda n, r: finished.append(f"{n}:{r.name}")
+    )
+    rounds = [kind for kind, _ in order]
+    assert rounds == ["proxy"] * 3 + ["parts"] * 2, order
+    assert [r.name for r in reports] == ["ada", "bob", "cy"]
+    assert [r.id for r in reports[0].results] == [*CHECK_IDS, *PART_IDS]
+    assert [r.id for r in reports[1].results] == list(CHECK_IDS)
+    assert reports[0].score == reports[0].max_score == 100
+    # bob is complete after the first round; each learner is reported once, counted from 1
+    assert finished[0] == "1:bob" and sorted(finished[1:]) in (["2:ada", "3:cy"], ["2:cy", "3:ada"])

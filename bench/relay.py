@@ -1,0 +1,137 @@
+"""What the reference relay adds to TTFT, and its CPU per event, at load and one at a time.
+
+    python -m bench relay                     three rounds: 100 steady streams, then one at a time
+    python -m bench relay --rounds 1 --configs reference reference-uvloop
+
+Each round measures, on one mock (first token at 20 ms, then 20 tokens a second, 40 tokens):
+
+* **at load** -- ``--streams`` steady streams for ``--seconds`` (each finished stream replaced at
+  once), direct to the mock and then through each configuration: TTFT p50 and p99 of each, what
+  the configuration adds to both, and its CPU per event (the server process tree's CPU over the
+  SSE events the load generator received);
+* **one at a time** -- one stream after another for ``--single-s`` seconds (two tokens each, so
+  most of the time is first tokens), direct and through each: the median TTFT each adds.
+
+The direct path and the configurations take turns inside each round, so a machine that gets
+busier between rounds moves both. Issue 28's goals: at load the reference adds at most 2 ms to
+p50 and 20 ms to p99, three rounds in a row; one at a time at most 2 ms. Results go to
+``bench/results/relay-<time>.json``; the table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import configs, meter, stats
+from bench.runner import MODEL, TOKENS, TPS, TTFT_MS, loadgen, reset_mock, spec_for
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SINGLE_SCENARIO = "tokens=2"
+GOALS = {"p50_added_ms": 2.0, "p99_added_ms": 20.0, "single_added_ms": 2.0}
+
+
+def _steady(
+    server: configs.Server, pid: int | None, streams: int, seconds: float
+) -> dict[str, Any]:
+    before = meter.read(pid)
+    raw = loadgen(spec_for(server, "steady", streams=streams, seconds=seconds, stagger_s=2.0))
+    cpu_s = meter.read(pid).cpu_s - before.cpu_s
+    ttft = stats.Summary.of(raw["ttft_s"])
+    return {
+        "p50_ms": ttft.p50_ms,
+        "p99_ms": ttft.p99_ms,
+        "streams": raw["streams"],
+        "failed": raw["failed"],
+        "events": raw["events"],
+        "cpu_s": cpu_s,
+        "cpu_us_per_event": 1e6 * cpu_s / max(raw["events"], 1),
+    }
+
+
+def _single(server: configs.Server, seconds: float) -> dict[str, Any]:
+    raw = loadgen(spec_for(server, "steady", streams=1, seconds=seconds, scenario=SINGLE_SCENARIO))
+    return {"median_ms": 1000 * statistics.median(raw["ttft_s"]), "n": len(raw["ttft_s"])}
+
+
+def run(
+    chosen: list[configs.Config], rounds: int, streams: int, seconds: float, single_s: float
+) -> dict[str, Any]:
+    mock = configs.start_mock(TTFT_MS, TPS, TOKENS)
+    servers: dict[str, configs.Server] = {}
+    out: dict[str, Any] = {"rounds": [], "load_before": os.getloadavg()[0]}
+    try:
+        for config in chosen:
+            servers[config.name] = config.start(mock)
+        for number in range(rounds):
+            row: dict[str, Any] = {"load": os.getloadavg()[0]}
+            reset_mock(mock)
+            row["direct"] = _steady(mock, mock.pid, streams, seconds)
+            for config in chosen:
+                reset_mock(mock)
+                row[config.name] = _steady(
+                    servers[config.name], servers[config.name].pid, streams, seconds
+                )
+            reset_mock(mock)
+            row["direct_single"] = _single(mock, single_s)
+            for config in chosen:
+                reset_mock(mock)
+                row[f"{config.name}_single"] = _single(servers[config.name], single_s)
+            out["rounds"].append(row)
+            _print_round(number + 1, row, chosen)
+    finally:
+        for server in servers.values():
+            server.stop()
+        mock.stop()
+    return out
+
+
+def _print_round(number: int, row: dict[str, Any], chosen: list[configs.Config]) -> None:
+    direct, single = row["direct"], row["direct_single"]["median_ms"]
+    print(
+        f"round {number} (load {row['load']:.2f}): direct p50 {direct['p50_ms']:.1f} ms, "
+        f"p99 {direct['p99_ms']:.1f} ms, one at a time {single:.2f} ms"
+    )
+    for config in chosen:
+        at_load, alone = row[config.name], row[f"{config.name}_single"]["median_ms"]
+        print(
+            f"  {config.name}: adds {at_load['p50_ms'] - direct['p50_ms']:+.1f} ms p50, "
+            f"{at_load['p99_ms'] - direct['p99_ms']:+.1f} ms p99, one at a time "
+            f"{alone - single:+.2f} ms; {at_load['cpu_us_per_event']:.0f} µs CPU per event "
+            f"({at_load['events']} events, {at_load['failed']} failed streams)",
+            flush=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench relay", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--configs", nargs="+", default=["reference"], metavar="NAME")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--streams", type=int, default=100)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--single-s", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    try:
+        chosen = [c for c in configs.select(args.configs, False) if c.name != "direct"]
+    except ValueError as exc:
+        print(f"bench relay: {exc}", file=sys.stderr)
+        return 2
+    result = run(chosen, args.rounds, args.streams, args.seconds, args.single_s)
+    result.update(vars(args), goals=GOALS, model=MODEL)
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / time.strftime("relay-%Y%m%d-%H%M%S.json")
+    path.write_text(json.dumps(result, indent=1))
+    print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
