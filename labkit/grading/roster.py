@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
@@ -173,14 +173,12 @@ def grade_in_worker(
     engine_url: str | None = None,
     course: Path | None = None,
     budget: Budget | None = None,
-    parts_only: bool = False,
 ) -> SubmissionReport:
     """Grade one submission in a worker process (against the real engine at ``engine_url``,
     if given; its notebook parts, if it has them, by the course in ``course``, default
-    ``notebook_grader.course_dir()``; with ``parts_only``, those parts alone), stopped after the
-    time ``budget``'s machine allows (default: this one's). Raises ``GradingError`` on a setup
-    failure."""
-    ids = [] if parts_only else select(only)
+    ``notebook_grader.course_dir()``), stopped after the time ``budget``'s machine allows
+    (default: this one's). Raises ``GradingError`` on a setup failure."""
+    ids = select(only)
     machine = Budget.given_or_here(budget)
     command = [sys.executable, "-m", "labkit.grading.worker", str(submission.path.resolve())]
     command += ["--name", submission.learner]
@@ -190,9 +188,8 @@ def grade_in_worker(
         command += ["--only", *only]
     if engine_url is not None:
         command += ["--engine", engine_url]
-    limit = WORKER_GRACE_S
-    if not parts_only:
-        limit += rubric.time_limit_s(ids, engine=engine_url is not None, budget=machine)
+    limit = rubric.time_limit_s(ids, engine=engine_url is not None, budget=machine)
+    limit += WORKER_GRACE_S
     if submission.parts:
         # imported here: IPython and nbformat only when notebooks are graded
         from labkit.grading.notebook_grader import course_dir, notebook_time_limit_s
@@ -201,8 +198,6 @@ def grade_in_worker(
         command += ["--course", str(course.resolve())]
         if submission.notebooks is not None:
             command += ["--notebooks", str(submission.notebooks.resolve())]
-        if parts_only:
-            command += ["--parts-only"]
         limit += notebook_time_limit_s(course, machine)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="labkit-worker-") as home:
@@ -276,58 +271,20 @@ def grade_many(
 ) -> list[SubmissionReport]:
     """Grade every submission, ``jobs`` at a time; reports in the submissions' order.
 
-    Two rounds: every ``proxy.py`` first, then the notebook parts of the learners who have
-    them. A notebook runner is seconds of CPU, and beside another learner's timed proxy checks
-    on a machine already busy with gradings it cost the reference ``concurrency`` and
-    ``keepalive`` for 1 to 2 learners in 50 (docs/measurements.md); in rounds, the proxy checks
-    share the machine only with other proxy checks, as in a class without notebooks.
-
-    ``on_done(n, report)`` is called as each learner's grading is complete (n counts from 1),
-    for progress.
+    ``on_done(n, report)`` is called as each finishes (n counts from 1), for progress.
     """
     reports: dict[int, SubmissionReport] = {}
     budget = Budget.here()  # read once: every worker's time limit is set for this machine
-    workers = jobs or default_jobs()
-
-    def finish(index: int, report: SubmissionReport) -> None:
-        reports[index] = report
-        if on_done is not None:
-            on_done(len(reports), report)
-
-    def proxy(index: int) -> SubmissionReport:
-        alone = replace(submissions[index], parts=False)
-        return grade_in_worker(alone, rubric, rubric_path=rubric_path, only=only, budget=budget)
-
-    def parts(index: int) -> SubmissionReport:
-        return grade_in_worker(
-            submissions[index], rubric, rubric_path=rubric_path, budget=budget, parts_only=True
-        )
-
-    proxies: dict[int, SubmissionReport] = {}
-    for index, report in _as_done(range(len(submissions)), proxy, workers):
-        if submissions[index].parts:
-            proxies[index] = report
-        else:
-            finish(index, report)
-    for index, report in _as_done(sorted(proxies), parts, workers):
-        whole = proxies[index]
-        finish(
-            index,
-            replace(
-                whole,
-                results=[*whole.results, *report.results],
-                problem=whole.problem or report.problem,
-                elapsed_s=whole.elapsed_s + report.elapsed_s,
-            ),
-        )
+    with ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
+        futures = {
+            pool.submit(
+                grade_in_worker, s, rubric, rubric_path=rubric_path, only=only, budget=budget
+            ): i
+            for i, s in enumerate(submissions)
+        }
+        for done, future in enumerate(as_completed(futures), start=1):
+            report = future.result()
+            reports[futures[future]] = report
+            if on_done is not None:
+                on_done(done, report)
     return [reports[i] for i in range(len(submissions))]
-
-
-def _as_done(
-    indices: Iterable[int], grade: Callable[[int], SubmissionReport], jobs: int
-) -> Iterator[tuple[int, SubmissionReport]]:
-    """``(index, grade(index))`` for each of ``indices``, ``jobs`` at a time, as each ends."""
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(grade, index): index for index in indices}
-        for future in as_completed(futures):
-            yield futures[future], future.result()

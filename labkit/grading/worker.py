@@ -1,13 +1,12 @@
 """Grade one file in this process and print the outcome as JSON: ``labkit grade``'s worker.
 
 ``python -m labkit.grading.worker FILE [--name NAME] [--rubric TOML] [--only ID ...]
-[--engine URL] [--course DIR [--notebooks DIR] [--parts-only]]``
+[--engine URL] [--course DIR [--notebooks DIR]]``
 
 With ``--course`` (the instructor's notebooks) the learner's in-notebook parts are graded too,
 beside ``proxy.py``'s checks, from their notebooks in ``--notebooks`` (none given: they handed in
 ``proxy.py`` alone, and each part scores 0 saying what to upload); see
-``labkit.grading.notebook_grader``. With ``--parts-only`` the parts alone (a class graded in two
-rounds: ``labkit.grading.roster.grade_many``).
+``labkit.grading.notebook_grader``.
 
 The CLI starts it with a stripped environment (``sandbox.clean_env``), so the learner's proxy,
 which inherits this environment, never sees the instructor's secrets; and with a hard time
@@ -34,7 +33,6 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from labkit.checks.machine import Budget
-from labkit.checks.result import CheckResult
 from labkit.errors import LabkitError
 from labkit.grading.grader import agrade_file
 from labkit.grading.network import Network, enter_own_namespace
@@ -77,16 +75,6 @@ async def _grade(args: argparse.Namespace, rubric: Rubric, network: Network) -> 
     read here, sets the time limits of both."""
     started = time.monotonic()
     budget = Budget.here()
-    if args.parts_only:
-        rows = await asyncio.to_thread(_parts, args, budget)
-        return SubmissionReport(
-            args.name or Path(args.file).stem,
-            args.file,
-            rows,
-            rubric,
-            elapsed_s=time.monotonic() - started,
-            network=network.describe(),
-        )
     graded = agrade_file(
         args.file,
         rubric,
@@ -98,15 +86,12 @@ async def _grade(args: argparse.Namespace, rubric: Rubric, network: Network) -> 
     )
     if not args.course:
         return await graded
-    report, parts = await asyncio.gather(graded, asyncio.to_thread(_parts, args, budget))
-    return replace(report, results=[*report.results, *parts], elapsed_s=time.monotonic() - started)
-
-
-def _parts(args: argparse.Namespace, budget: Budget) -> list[CheckResult]:
     from labkit.grading.notebook_grader import notebook_rows  # IPython: only here
 
     notebooks = Path(args.notebooks) if args.notebooks else None
-    return notebook_rows(Path(args.course), notebooks, Path(args.file), budget)
+    rows = asyncio.to_thread(notebook_rows, Path(args.course), notebooks, Path(args.file), budget)
+    report, parts = await asyncio.gather(graded, rows)
+    return replace(report, results=[*report.results, *parts], elapsed_s=time.monotonic() - started)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,12 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", metavar="URL", help="grade against this real engine")
     parser.add_argument("--course", help="the instructor's notebooks: grade in-notebook parts")
     parser.add_argument("--notebooks", help="with --course: the learner's notebooks folder")
-    parser.add_argument(
-        "--parts-only", action="store_true", help="with --course: grade the notebook parts alone"
-    )
     args = parser.parse_args(argv)
-    if args.parts_only and not args.course:
-        parser.error("--parts-only grades the notebook parts: give --course DIR too")
     try:
         network = (
             Network(False, f"grading against the engine at {args.engine}, outside the grading")
