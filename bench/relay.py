@@ -57,6 +57,8 @@ def _steady(
 
 def _single(server: configs.Server, seconds: float) -> dict[str, Any]:
     raw = loadgen(spec_for(server, "steady", streams=1, seconds=seconds, scenario=SINGLE_SCENARIO))
+    if not raw["ttft_s"]:
+        raise SystemExit(f"bench relay: no stream through {server.name} got a first token")
     return {"median_ms": 1000 * statistics.median(raw["ttft_s"]), "n": len(raw["ttft_s"])}
 
 
@@ -124,8 +126,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"bench relay: {exc}", file=sys.stderr)
         return 2
+    for config in chosen:
+        if why := config.unavailable():
+            print(f"bench relay: {config.name} cannot run here: {why}", file=sys.stderr)
+            return 2
     result = run(chosen, args.rounds, args.streams, args.seconds, args.single_s)
-    result.update(vars(args), goals=GOALS, model=MODEL)
+    result.update(args=vars(args), goals=GOALS, model=MODEL)
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / time.strftime("relay-%Y%m%d-%H%M%S.json")
     path.write_text(json.dumps(result, indent=1))

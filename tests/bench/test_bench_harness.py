@@ -12,7 +12,8 @@ from typing import get_args
 
 import pytest
 
-from bench import configs, report, runner, stats  # the repository root is on pytest's pythonpath
+# the repository root is on pytest's pythonpath
+from bench import configs, relay, report, runner, stats
 from bench.loadgen import Dechunker
 from labkit.servers import ExternalServer
 
@@ -254,3 +255,27 @@ def test_burst_rounds_pool_their_streams_and_add_their_counts() -> None:
         "errors": {"reset": 1},
         "ttft_s": [0.1, 0.2, 0.3],
     }
+
+
+@pytest.mark.slow
+@pytest.mark.sockets
+def test_the_relay_bench_measures_what_the_reference_adds_and_its_cpu_per_event(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(relay, "RESULTS", tmp_path)
+    argv = ["--rounds", "1", "--streams", "5", "--seconds", "1", "--single-s", "1"]
+    assert relay.main(argv) == 0
+    saved = json.loads(next(tmp_path.glob("relay-*.json")).read_text())
+    row = saved["rounds"][0]
+    for path in ("direct", "reference"):
+        assert row[path]["events"] > 0 and row[path]["failed"] == 0, row
+        assert row[f"{path}_single"]["n"] >= 3, row
+    assert row["reference"]["cpu_us_per_event"] > 0
+    assert saved["goals"] == relay.GOALS
+
+
+def test_the_relay_bench_refuses_a_configuration_it_cannot_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert relay.main(["--configs", "no-such-proxy"]) == 2
+    assert "unknown configuration" in capsys.readouterr().err
