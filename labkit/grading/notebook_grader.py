@@ -213,13 +213,13 @@ class _Progress:
 
 @dataclass
 class _Round:
-    """One runner process's run: each of its runners' progress, and the notebook it was stopped in
+    """One run of the runner process: each child's progress, and the notebook it was stopped in
     (if any)."""
 
     progress: list[_Progress]
     stopped: str | None = None
     why: str = ""
-    killed: bool = False  # stopped by us: the other runners' notebooks in progress run again
+    killed: bool = False  # stopped by us: the other children's notebooks in progress run again
 
     @property
     def started(self) -> set[str]:

@@ -87,7 +87,7 @@ def _taken(queue: int, runs: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield runs[index[0]]
 
 
-def _run_group(group: Iterable[dict[str, Any]], events: Path) -> None:
+def _run_notebooks(notebooks: Iterable[dict[str, Any]], events: Path) -> None:
     os.environ[VERDICTS_ENV] = str(events)
     from IPython.core.interactiveshell import InteractiveShell
 
@@ -97,7 +97,7 @@ def _run_group(group: Iterable[dict[str, Any]], events: Path) -> None:
         contextlib.redirect_stdout(log),
         contextlib.redirect_stderr(log),
     ):
-        for run in group:
+        for run in notebooks:
             notebook = run["notebook"]
             _event(events, event="start", notebook=notebook)
             shell.reset(new_session=False)  # type: ignore[no-untyped-call]
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     # full collection (IPython's reset makes one per notebook) walks only what the cells made.
     gc.freeze()
     if runners == 1:
-        _run_group(runs, Path(f"{events}-0.jsonl"))
+        _run_notebooks(runs, Path(f"{events}-0.jsonl"))
         return 0
     if len(runs) > 256:
         raise SystemExit(f"a plan holds at most 256 notebooks (one byte each), not {len(runs)}")
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if pid == 0:  # the child runs its notebooks and leaves without the parent's cleanup
             code = 1
             try:
-                _run_group(_taken(queue, runs), Path(f"{events}-{n}.jsonl"))
+                _run_notebooks(_taken(queue, runs), Path(f"{events}-{n}.jsonl"))
                 code = 0
             finally:
                 os._exit(code)
