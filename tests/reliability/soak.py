@@ -96,7 +96,10 @@ MIX: tuple[Kind, ...] = (
     Kind("status_429", {"status": 429, "retry_after": 1}, "error"),
     Kind("malformed", {"malformed_after": 4}, "completed"),
     Kind("refusal", {"refusal_after": 5}, "completed"),
-    Kind("leaves_before_first", {"ttft_ms": 2000}, "cancelled", {"disconnect_after_s": 0.1}),
+    # Hangs up 1 s in, well before the first token (2 s): long enough for a proxy on a busy
+    # machine to have forwarded the request (0.1 s was not, on a slow day under three test
+    # workers: 19 of 300 requests never reached the upstream, against 15 allowed).
+    Kind("leaves_before_first", {"ttft_ms": 2000}, "cancelled", {"disconnect_after_s": 1.0}),
     Kind("leaves_mid_stream", {"tps": 20}, "cancelled", {"disconnect_after_events": 2}),
     Kind("slow_reader", {"tokens": 40}, "completed", {"read_interval_s": 0.01}),
 )
