@@ -39,9 +39,15 @@ process to measure, and the verdict says so. At the limit the lead is about 21 M
 the wire; measured growth: an unbounded queue 38 MB (Python strings), a proxy spooling to a
 temporary file 1.3-1.7 MB, the reference with its buffers full 1.3-1.5 MB (docs/measurements.md).
 
-Inconclusive (never a fail): the window (``window_s``: 20 s, twice that below one CPU) closes
+Inconclusive (never a fail): the window (``window_s``: 50 s, twice that below one CPU) closes
 while the upstream is still sending with a lead under LEAD_LIMIT, or its sent count stands still
-while the client gets no CPU to read: the machine was too slow to reach either case.
+while the client gets no CPU to read: the machine was too slow to reach either case. The window
+only ever runs out for a proxy whose upstream is still sending (a proxy that holds back stands
+still within seconds), so its length costs a correct proxy nothing. It is long enough for a
+slow, shared machine, where the mock sent 90,089 tokens in 20 s (docs/measurements.md, "Fresh-
+clone make test on a slower day"): an unbounded queue needs about 45 s there to pass the limit.
+An inconclusive result is not run again (``retry_inconclusive``): a machine too slow for one
+such window is as slow for a second, and two would outlast the submission's time limit.
 
 Run this check on a mock upstream of its own: at full speed it slows down any other
 experiment sharing that mock (``arun_checks`` runs it after the others, and below two CPUs
@@ -78,7 +84,7 @@ STEP = "10_backpressure_and_slow_clients"
 SEED = 5001
 TOKENS = 400_000  # ~43 MB of events: four times what the socket buffers held at most
 SCENARIO = {"ttft_ms": 0, "tps": 100_000, "tokens": TOKENS}
-WINDOW_S = 20.0  # at one CPU or more; up to twice as long below (``window_s``)
+WINDOW_S = 50.0  # at one CPU or more; up to twice as long below (``window_s``)
 MAX_WINDOW_STRETCH = 2.0
 PLATEAU_S = 1.0
 MAX_CREEP = 200  # tokens the upstream may still send while the buffers are full

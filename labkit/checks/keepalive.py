@@ -15,6 +15,11 @@ half-way; a comment that only comes out with the next token, as from a proxy who
 blocked or that buffers, arrives at the gap's end or not inside it at all). Nothing here is a
 wall-clock bound: a slow machine stretches the gap and the heartbeat alike.
 
+The client runs in the grader's event loop beside other lanes' clients; if that loop was held up
+(``loop_watch``) for more than GRADER_PAUSE_S, comments that did come, but late, may have waited
+in the socket for the grader, not for the proxy: the result is then inconclusive, and run again.
+A proxy that sent no comment at all fails whatever the grader did.
+
 A proxy that holds the whole stream back (a buffer, a compressor without flushes) also fails,
 with its own verdict: the client's longest gap is then far shorter than the upstream's silence
 (under HIDDEN_SHARE of it), so the client never saw a silence to fill; it waited before the
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 
 from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body, finished, ms
+from labkit.checks.loop_watch import watch_loop
 from labkit.checks.result import CheckResult
 
 ID = "keepalive"
@@ -41,6 +47,9 @@ TPS = 20
 SCENARIO = {"ttft_ms": 200, "tps": TPS, "tokens": 12, "stall_after": 3, "stall_s": STALL_S}
 LATEST_IN_GAP = 0.75  # a heartbeat must come this far into the silence at the latest
 HIDDEN_SHARE = 0.5  # a client gap shorter than this share of the silence: it never saw it
+# A 3 s heartbeat (the contract's latest) reaches the latest point with 0.375 s to spare; a longer
+# pause of the grader's loop could make it look late.
+GRADER_PAUSE_S = 0.25
 
 result = Outcome(ID, STEP)
 
@@ -54,18 +63,21 @@ def _silence(token_times: list[float]) -> tuple[float, float] | None:
 @dataclass(frozen=True)
 class Observed:
     """What the client saw of the stream (its status and ending, the times of its token events
-    and of its comments, in seconds since the request was sent) and whether the request reached
-    the upstream and got as far as its first token there."""
+    and of its comments, in seconds since the request was sent), whether the request reached
+    the upstream and got as far as its first token there, and the longest time the grader's own
+    event loop was held up meanwhile."""
 
     status: int | None
     terminal: str
     token_times: tuple[float, ...]
     comment_times: tuple[float, ...]
     reached_upstream: bool
+    grader_pause_s: float = 0.0
 
 
 async def observe(ctx: CheckContext) -> Observed:
-    capture = await acapture_stream(ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=20)
+    async with watch_loop() as watch:
+        capture = await acapture_stream(ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=20)
     record = await ctx.record(SEED, until=finished)
     return Observed(
         status=capture.status,
@@ -73,13 +85,15 @@ async def observe(ctx: CheckContext) -> Observed:
         token_times=tuple(capture.token_times),
         comment_times=tuple(c.t for c in capture.comments),
         reached_upstream=record is not None and record.get("first_token_at") is not None,
+        grader_pause_s=watch.worst_s,
     )
 
 
 def judge(observed: Observed) -> CheckResult:
     """Pass: the stream ends with ``[DONE]`` and a comment came inside the longest gap between
     tokens, at most LATEST_IN_GAP of the way through it. A gap under HIDDEN_SHARE of the
-    upstream's silence: the stream was held back."""
+    upstream's silence: the stream was held back. Comments that came late while the grader's
+    loop was held up over GRADER_PAUSE_S: inconclusive."""
     if not observed.reached_upstream:
         return result.failed(
             "the request never reached the upstream",
@@ -117,6 +131,17 @@ def judge(observed: Observed) -> CheckResult:
             evidence,
             "send each upstream event on as it arrives (trickle reports the holding back), "
             "then send heartbeats while the upstream is silent.",
+        )
+    late = [t - silence[0] for t in observed.comment_times if t > silence[0]]
+    if late:
+        evidence["late_comment_after_ms"] = ms(late[0])
+    if late and observed.grader_pause_s > GRADER_PAUSE_S:
+        return result.inconclusive(
+            "inconclusive: the grader paused while it timed the heartbeats",
+            f"comments came {ms(late[0])} ms into the silence, but the grader's own event loop "
+            f"was held up for {ms(observed.grader_pause_s)} ms meanwhile (more than "
+            f"{ms(GRADER_PAUSE_S)} ms), so they may have waited for the grader, not the proxy",
+            evidence,
         )
     return result.failed(
         "no SSE comment arrived while the upstream was silent",

@@ -95,13 +95,14 @@ async def run_one(check: Check, ctx: CheckContext) -> CheckResult:
 
     A check that comes out inconclusive (the machine paused, the mock was too busy) is run
     again, up to ATTEMPTS times in all: a pause of a second or two on a shared machine rarely
-    strikes twice, and a verdict is worth more than an honest shrug. The evidence of a result
+    strikes twice, and a verdict is worth more than an honest shrug (a check whose catalogue
+    entry says ``retry_inconclusive=False`` runs once). The evidence of a result
     that took more than one attempt says how many (``attempts``) and why the first did not
     count (``first_attempt``)."""
     result = await _attempt(check, ctx)
     attempts = 1
     first = result
-    while result.inconclusive and attempts < ATTEMPTS:
+    while result.inconclusive and check.retry_inconclusive and attempts < ATTEMPTS:
         result = await _attempt(check, ctx)
         attempts += 1
     if attempts == 1:

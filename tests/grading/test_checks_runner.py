@@ -52,7 +52,7 @@ def test_reference_passes_the_incident_checks(
         "PASS error_before_first_token: an upstream error before the first token reaches the "
         "client as an error event and is logged as an error",
         "PASS tool_calls: parallel tool calls keep their own index and id; the SDK assembles both",
-    ]
+    ], [dict(r.evidence) for r in results if not r.passed]
     assert results[2].evidence["log_outcomes"] == "error"
 
 

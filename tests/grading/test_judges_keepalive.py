@@ -5,7 +5,16 @@ test_keepalive_hidden_silence.py and the grader's mutation table.)"""
 
 from __future__ import annotations
 
-from labkit.checks.keepalive import HIDDEN_SHARE, LATEST_IN_GAP, STALL_S, Observed, judge
+from dataclasses import replace
+
+from labkit.checks.keepalive import (
+    GRADER_PAUSE_S,
+    HIDDEN_SHARE,
+    LATEST_IN_GAP,
+    STALL_S,
+    Observed,
+    judge,
+)
 
 LITTLE = 0.01
 SILENT_FROM = 0.3  # the third token; the upstream is then silent for STALL_S
@@ -84,3 +93,21 @@ def test_a_request_that_never_reached_the_upstream_fails_with_its_status() -> No
     assert result.verdict == "the request never reached the upstream"
     assert dict(result.evidence) == {"status": 404}
     assert result.hint.startswith("02_forwarding_proxy:")
+
+
+def test_late_comments_while_the_grader_paused_are_inconclusive_and_without_a_pause_fail() -> None:
+    late = seen((at_share(0.95), at_share(0.99)))
+    paused = judge(replace(late, grader_pause_s=GRADER_PAUSE_S + LITTLE))
+    unpaused = judge(replace(late, grader_pause_s=GRADER_PAUSE_S - LITTLE))
+    assert paused.inconclusive
+    assert paused.verdict == "inconclusive: the grader paused while it timed the heartbeats"
+    assert paused.evidence["late_comment_after_ms"] == round(0.95 * STALL_S * 1000)
+    assert not unpaused.passed and not unpaused.skipped
+    assert unpaused.verdict == "no SSE comment arrived while the upstream was silent"
+
+
+def test_a_proxy_that_sent_no_comment_fails_however_long_the_grader_paused() -> None:
+    result = judge(replace(seen(), grader_pause_s=3.0))
+    assert not result.skipped
+    assert result.verdict == "no SSE comment arrived while the upstream was silent"
+    assert "late_comment_after_ms" not in result.evidence

@@ -19,7 +19,7 @@ import pytest
 from bench.small_container import CgroupUnavailable, grade_all, render, small_cgroup, submissions
 from labkit.checks import CheckResult, runner
 from labkit.checks.backpressure import Sample, _held_back
-from labkit.checks.catalogue import Check
+from labkit.checks.catalogue import CHECKS, Check
 from labkit.checks.context import CheckContext, Outcome
 from labkit.checks.keepalive import _silence
 from labkit.checks.machine import Budget, cpu_limit
@@ -246,6 +246,35 @@ def test_an_inconclusive_check_is_run_again_and_the_second_verdict_counts() -> N
     assert result.status == "failed" and not result.inconclusive
     assert result.evidence["attempts"] == 2
     assert "1701 ms" in str(result.evidence["first_attempt"])
+
+
+def test_an_inconclusive_check_that_asks_for_no_retry_is_run_once() -> None:
+    calls: list[int] = []
+
+    async def window_ran_out(ctx: CheckContext) -> CheckResult:
+        calls.append(1)
+        return Outcome("backpressure", "10_backpressure_and_slow_clients").inconclusive(
+            "inconclusive: the machine was too slow to fill the socket buffers in time",
+            "after 50.0 s the upstream had sent 90089 tokens and was still sending",
+            {},
+        )
+
+    check = Check(
+        "backpressure",
+        window_ran_out,
+        5.0,
+        "summary",
+        "10_backpressure_and_slow_clients",
+        retry_inconclusive=False,
+    )
+    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9")
+    result = asyncio.run(runner.run_one(check, ctx))
+    assert len(calls) == 1
+    assert result.inconclusive and "attempts" not in result.evidence
+
+
+def test_the_catalogue_runs_backpressure_once_and_every_other_check_again() -> None:
+    assert [c.id for c in CHECKS if not c.retry_inconclusive] == ["backpressure"]
 
 
 def test_a_check_that_decides_at_once_is_run_once() -> None:
