@@ -384,6 +384,12 @@ CONFIGS: tuple[Config, ...] = (
         "bench.proxies.httpx_client:app_wide",
     ),
     Config(
+        "httpx-sharded",
+        "uvicorn",
+        "reference relay on one httpx client over 8 connection pools, taken in turn",
+        "bench.proxies.httpx_sharded:app",
+    ),
+    Config(
         "httpx2",
         "uvicorn",
         "reference relay on httpx2, default limits",

@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench import configs, meter, stats
-from bench.runner import MODEL, TOKENS, TPS, TTFT_MS, loadgen, reset_mock, spec_for
+from bench import configs, stats
+from bench.runner import MODEL, TOKENS, TPS, TTFT_MS, loadgen, metered, reset_mock, spec_for
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SINGLE_SCENARIO = "tokens=2"
@@ -40,9 +39,8 @@ GOALS = {"p50_added_ms": 2.0, "p99_added_ms": 20.0, "single_added_ms": 2.0}
 def _steady(
     server: configs.Server, pid: int | None, streams: int, seconds: float
 ) -> dict[str, Any]:
-    before = meter.read(pid)
-    raw = loadgen(spec_for(server, "steady", streams=streams, seconds=seconds, stagger_s=2.0))
-    cpu_s = meter.read(pid).cpu_s - before.cpu_s
+    spec = spec_for(server, "steady", streams=streams, seconds=seconds, stagger_s=2.0)
+    raw, cpu_s = metered(spec, pid)
     ttft = stats.Summary.of(raw["ttft_s"])
     return {
         "p50_ms": ttft.p50_ms,
@@ -59,7 +57,7 @@ def _single(server: configs.Server, seconds: float) -> dict[str, Any]:
     raw = loadgen(spec_for(server, "steady", streams=1, seconds=seconds, scenario=SINGLE_SCENARIO))
     if not raw["ttft_s"]:
         raise SystemExit(f"bench relay: no stream through {server.name} got a first token")
-    return {"median_ms": 1000 * statistics.median(raw["ttft_s"]), "n": len(raw["ttft_s"])}
+    return {"median_ms": stats.Summary.of(raw["ttft_s"]).p50_ms, "n": len(raw["ttft_s"])}
 
 
 def run(

@@ -86,6 +86,14 @@ class Result:
     wall_s: float = 0.0
 
 
+def metered(spec: dict[str, Any], pid: int | None) -> tuple[dict[str, Any], float]:
+    """Run the load generator on ``spec``; return what it saw and the CPU seconds that process
+    ``pid`` and its children used meanwhile."""
+    before = meter.read(pid)
+    raw = loadgen(spec)
+    return raw, meter.read(pid).cpu_s - before.cpu_s
+
+
 def loadgen(
     spec: dict[str, Any],
     on_ready: Callable[[dict[str, Any]], None] | None = None,
@@ -261,19 +269,18 @@ class Run:
             pid = server.pid if server.pid is not None else mock.pid
             reset_mock(mock)
             self.log(f"steady {plan.steady_streams} streams, {plan.steady_s:g} s: {config.name}")
-            before = meter.read(pid)
-            raw = loadgen(
+            raw, steady_cpu_s = metered(
                 spec_for(
                     server,
                     "steady",
                     streams=plan.steady_streams,
                     seconds=plan.steady_s,
                     stagger_s=plan.stagger_s,
-                )
+                ),
+                pid,
             )
-            after = meter.read(pid)
             steady = timing(raw)
-            steady["server_cpu_s"] = after.cpu_s - before.cpu_s
+            steady["server_cpu_s"] = steady_cpu_s
             steady["cpu_s_per_1000_chunks"] = 1000 * steady["server_cpu_s"] / max(raw["events"], 1)
             steady["metered"] = "mock" if server.pid is None else config.name
             self.figures(config)["steady"] = steady
@@ -291,10 +298,10 @@ class Run:
                     f"burst {plan.burst_streams} streams, round {round_no + 1} of "
                     f"{plan.burst_rounds}: {config.name}"
                 )
-                before = meter.read(pid)
                 spec = spec_for(server, "burst", streams=plan.burst_streams, scenario=BURST)
-                rounds[config.name].append(loadgen(spec))
-                cpu_s[config.name] += meter.read(pid).cpu_s - before.cpu_s
+                raw, burst_cpu_s = metered(spec, pid)
+                rounds[config.name].append(raw)
+                cpu_s[config.name] += burst_cpu_s
                 time.sleep(0.5)
         for config in live:
             burst = timing(pooled(rounds[config.name]))
