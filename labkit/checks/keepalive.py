@@ -135,6 +135,7 @@ def judge(observed: Observed) -> CheckResult:
     late = [t - silence[0] for t in observed.comment_times if t > silence[0]]
     if late:
         evidence["late_comment_after_ms"] = ms(late[0])
+        evidence["grader_pause_ms"] = ms(observed.grader_pause_s)
     if late and observed.grader_pause_s > GRADER_PAUSE_S:
         return result.inconclusive(
             "inconclusive: the grader paused while it timed the heartbeats",

@@ -103,6 +103,7 @@ def test_late_comments_while_the_grader_paused_are_inconclusive_and_without_a_pa
     assert paused.verdict == "inconclusive: the grader paused while it timed the heartbeats"
     assert paused.evidence["late_comment_after_ms"] == round(0.95 * STALL_S * 1000)
     assert not unpaused.passed and not unpaused.skipped
+    assert unpaused.evidence["grader_pause_ms"] == round((GRADER_PAUSE_S - LITTLE) * 1000)
     assert unpaused.verdict == "no SSE comment arrived while the upstream was silent"
 
 
