@@ -171,7 +171,7 @@ CHECKS: tuple[Check, ...] = (
     Check(
         "backpressure",
         backpressure.check_backpressure,
-        backpressure.WINDOW_S + 10.0,
+        backpressure.WINDOW_S + 5.0,
         "a slow reader does not grow the proxy memory",
         backpressure.STEP,
         mock_only="needs an upstream streaming flat out, thousands of tokens a second, which "

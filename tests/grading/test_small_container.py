@@ -255,7 +255,7 @@ def test_an_inconclusive_check_that_asks_for_no_retry_is_run_once() -> None:
         calls.append(1)
         return Outcome("backpressure", "10_backpressure_and_slow_clients").inconclusive(
             "inconclusive: the machine was too slow to fill the socket buffers in time",
-            "after 60.0 s the upstream had sent 90089 tokens and was still sending",
+            "after 55.0 s the upstream had sent 90089 tokens and was still sending",
             {},
         )
 
