@@ -21,6 +21,7 @@ from grading_support import (
 
 import solutions.aiohttp_proxy
 from labkit.checks import CHECK_IDS
+from labkit.grading.report import SubmissionReport
 from labkit.grading.roster import Submission, grade_many
 from labkit.grading.rubric import Rubric
 
@@ -38,6 +39,18 @@ def test_every_broken_proxy_is_still_a_small_edit_of_the_reference() -> None:
 REFERENCES = {"reference", "aiohttp-reference"}
 
 
+def _expected(name: str) -> set[str]:
+    return set() if name in REFERENCES else expected_failures(name)
+
+
+def _failed(report: SubmissionReport) -> set[str]:
+    return {r.id for r in report.results if r.status == "failed"}
+
+
+def _as_expected(report: SubmissionReport) -> bool:
+    return _failed(report) == _expected(report.name) and report.problem is None
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # a hang guard: 21 gradings, two at a time
 @pytest.mark.heavy
@@ -49,17 +62,27 @@ def test_verdict_table(tmp_path: Path) -> None:
     ]
     submissions += [Submission(name, write_variant(name, tmp_path)) for name in VARIANTS]
     reports = grade_many(submissions, Rubric())
+    # Two gradings at a time keep both cores busy, and on a slow day a timed check has failed a
+    # proxy whose bug lies elsewhere (docs/known-limits.md). As an instructor would, a submission
+    # whose failures are not the expected ones is graded once more, alone; that grading counts,
+    # so a wrong verdict must come out twice to fail the table.
+    again = [n for n, report in enumerate(reports) if not _as_expected(report)]
+    first = {n: _failed(reports[n]) for n in again}
+    regraded = grade_many([submissions[n] for n in again], Rubric(), jobs=1)
+    for n, report in zip(again, regraded, strict=True):
+        reports[n] = report
 
     table, wrong = [], []
-    for report in reports:
+    for n, report in enumerate(reports):
         # An inconclusive check (the machine paused twice, see runner.ATTEMPTS) is neither a
         # pass nor a fail: it shows as "?" and only matters if a failure was expected there.
-        failed = {r.id for r in report.results if r.status == "failed"}
+        failed = _failed(report)
         undecided = {r.id for r in report.results if r.inconclusive}
-        expected = set() if report.name in REFERENCES else expected_failures(report.name)
+        expected = _expected(report.name)
         marks = " ".join("F" if i in failed else "?" if i in undecided else "." for i in CHECK_IDS)
-        table.append(f"{report.name:<24} {marks}  {report.elapsed_s:5.1f} s")
-        if failed != expected or report.problem is not None:
+        alone = f"  (graded again, alone; first failed {sorted(first[n])})" if n in first else ""
+        table.append(f"{report.name:<24} {marks}  {report.elapsed_s:5.1f} s{alone}")
+        if not _as_expected(report):
             wrong.append(f"{report.name}: failed {sorted(failed)}, expected {sorted(expected)}")
             wrong += [f"    {r} {dict(r.evidence)}" for r in report.results]
         for result in report.results:
@@ -88,7 +111,7 @@ def test_every_solution_region_carries_a_graded_property(tmp_path: Path) -> None
     table, dead = [], []
     caught: set[str] = set()
     for report in reports:
-        failed = {r.id for r in report.results if r.status == "failed"}
+        failed = _failed(report)
         caught |= failed
         marks = " ".join("F" if check_id in failed else "." for check_id in CHECK_IDS)
         table.append(f"{report.name:<18} {marks}")
