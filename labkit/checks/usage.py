@@ -65,10 +65,10 @@ REQUESTS: Mapping[str, tuple[int, Mapping[str, int], str]] = {
 ASKING = ("asked", "on_choices_asked")
 UNASKED = ("unasked", "on_choices_unasked")
 HANG_UP_AFTER_S = 0.6
-# How long a line that has not come yet is waited for, once the upstream has finished every
-# stream: a correct proxy writes it within milliseconds on a quiet machine, but under a loaded
-# test run the reference's line for the hung-up stream once took over 2 s. Only a proxy whose
-# line never comes waits it out.
+# How long a line that has not come yet is waited for, once the streams are over: a correct
+# proxy writes it within milliseconds on a quiet machine, but in a loaded test run the
+# reference's log once still lacked a line after 2 s. Only a proxy whose line never comes waits
+# it out.
 LOG_WAIT_S = 5.0
 COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 
