@@ -11,8 +11,9 @@ names, which pytest-xdist 3.8 cannot attach to pytest 9's node ids: it silently 
 A *heavy* test keeps this two-core machine busy on its own, and its timing would suffer beside
 others: it starts the real engine (the ``engine`` fixture, or a test marked ``heavy``: the
 engine decodes on both cores), grades several submissions at once, or grades inside CPU-limited
-cgroups. Those run after, in one process, one at a time (``-m heavy``), as every test did
-before.
+cgroups; or it asserts that the reference passes timed checks at full marks, which on a slow day
+two other workers beside it have made it miss. Those run after, in one process, one at a time
+(``-m heavy``).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from labkit.checks.runner import run_one
 from labkit.servers import ServerHandle
 
 
+@pytest.mark.heavy  # the reference at full marks: timed checks, not beside two other workers
 @pytest.mark.sockets
 def test_reference_passes_the_quick_checks_in_catalogue_order(
     reference_proxy: ServerHandle, mock: ServerHandle, usage_log: Path
@@ -32,6 +33,7 @@ def test_reference_passes_the_quick_checks_in_catalogue_order(
     assert str(results[0]) == "PASS trickle: tokens reach the client as the upstream generates them"
 
 
+@pytest.mark.heavy  # the reference at full marks: timed checks, not beside two other workers
 @pytest.mark.sockets
 def test_reference_passes_the_incident_checks(
     reference_proxy: ServerHandle, mock: ServerHandle, usage_log: Path
