@@ -105,9 +105,15 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # Two passes (tests/workers.py): the light tests on three workers, then the heavy ones alone.
+# A pass whose tests fail (pytest's exit code 1) runs those tests once more, in one process; the
+# pass fails if any fails again. Any other exit code (interrupted, no tests) fails at once.
+AGAIN := --last-failed --last-failed-no-failures none
+AGAIN_NOTE := unit: running the tests that failed above once more, alone (tests/workers.py)
 unit: $(STAMP)
-	$(BIN)/pytest tests -m "not heavy" -n 3 --dist loadfile --durations=20
-	$(BIN)/pytest tests -m heavy --durations=20
+	$(BIN)/pytest tests -m "not heavy" -n 3 --dist loadfile --durations=20 || \
+	  { [ $$? -eq 1 ] && echo "$(AGAIN_NOTE)" && $(BIN)/pytest tests -m "not heavy" $(AGAIN); }
+	$(BIN)/pytest tests -m heavy --durations=20 || \
+	  { [ $$? -eq 1 ] && echo "$(AGAIN_NOTE)" && $(BIN)/pytest tests -m heavy $(AGAIN); }
 
 nbval: $(STAMP)
 ifneq ($(NOTEBOOKS),)

@@ -11,9 +11,14 @@ names, which pytest-xdist 3.8 cannot attach to pytest 9's node ids: it silently 
 A *heavy* test keeps this two-core machine busy on its own, and its timing would suffer beside
 others: it starts the real engine (the ``engine`` fixture, or a test marked ``heavy``: the
 engine decodes on both cores), grades several submissions at once, or grades inside CPU-limited
-cgroups; or it asserts that the reference passes timed checks at full marks, which on a slow day
-two other workers beside it have made it miss. Those run after, in one process, one at a time
-(``-m heavy``).
+cgroups. Those run after, in one process, one at a time (``-m heavy``).
+
+A test that fails in either pass runs once more, alone (``--last-failed`` in one process), and
+the pass fails only if it fails again (the Makefile's ``unit``; tests/test_make_unit.py). The
+timed checks are built so that right and wrong differ tenfold, but on a slow day of this
+two-core machine two other workers have still made the reference miss one (a probe answered in
+4 s, a heartbeat late behind a paused loop); the first pass's summary names every test run
+again. A wrong verdict fails both times.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """The reference proxy over one httpx client whose connection pool is split in ``SHARDS``.
 
 httpcore 1.0's pool walks every connection it holds at the start and at the end of each
-request (``_assign_requests_to_connections``); at 100 open streams that walk is most of the
-reference's CPU (docs/measurements.md, "Where the reference relay's CPU goes at load"). Here
+request (``_assign_requests_to_connections``), so its cost grows with the streams open. Here
 the one shared client sends each request through one of ``SHARDS`` pools, in turn, so each walk
-sees about a ``SHARDS``-th of the connections. Run:
+sees about a ``SHARDS``-th of the connections. It tests how much of the reference's CPU per
+event that walk is (a small share: docs/measurements.md, "Three timed checks on a loaded
+machine, and a split pool"). Run:
 ``UPSTREAM_URL=http://127.0.0.1:8001 uvicorn bench.proxies.httpx_sharded:app``.
 """
 

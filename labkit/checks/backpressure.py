@@ -44,13 +44,12 @@ Inconclusive (never a fail): the window (``window_s``: 55 s, twice that below on
 while the upstream is still sending with a lead under LEAD_LIMIT, or its sent count stands still
 while the client gets no CPU to read: the machine was too slow to reach either case. The window
 only ever runs out for a proxy whose upstream is still sending (a proxy that holds back stands
-still within seconds), so its length costs a correct proxy nothing. It is long enough for a
-slow, shared machine, where the mock sent 90,089 tokens in 20 s (docs/measurements.md, "Fresh-
-clone make test on a slower day"), and 180,969 to 191,926 in 50 s a day later: an unbounded
-queue passes the limit after 40 to 49 s there. An inconclusive result is not run again
-(``retry_inconclusive``): a machine too slow for one such window is as slow for a second, and
-two would outlast the submission's time limit (the check's budget, the window and 5 s, with the
-proxy's start fits the default 90 s).
+still within seconds), so its length costs a correct proxy nothing. It is long enough for the
+slowest shared machine measured, where an unbounded queue took up to 49 s to pass the limit
+(docs/measurements.md, "Three timed checks on a loaded machine"). An inconclusive result is not
+run again (``retry_inconclusive``): a machine too slow for one such window is as slow for a
+second, and two would outlast the submission's time limit (the check's budget, the window and
+5 s, with the proxy's start fits the default 90 s).
 
 Run this check on a mock upstream of its own: at full speed it slows down any other
 experiment sharing that mock (``arun_checks`` runs it after the others, and below two CPUs

@@ -89,8 +89,8 @@ PROBE_EVERY_S = 0.1
 MAX_PROBE_S = TTFT_S / 2  # a blocked loop waits for the first token, close to TTFT_S
 CALIBRATION_PROBES = 5
 IDLE_SHARE = 4  # an idle probe slower than a quarter of the limit: the machine cannot tell
-# a slow probe with a median under this: one pause of the machine (a blocked loop's median was
-# 150-190 ms; a correct proxy's reached 33 ms graded beside notebook runners on a loaded machine)
+# a slow probe with a median under this: one pause of the machine; a blocked loop's median is
+# twice this or more (docs/measurements.md, "Why concurrency's thresholds")
 PAUSE_MEDIAN_S = 0.075
 
 ENGINE_STREAMS = 4  # the grading engine's slots

@@ -66,9 +66,8 @@ ASKING = ("asked", "on_choices_asked")
 UNASKED = ("unasked", "on_choices_unasked")
 HANG_UP_AFTER_S = 0.6
 # How long a line that has not come yet is waited for, once the streams are over: a correct
-# proxy writes it within milliseconds on a quiet machine, but in a loaded test run the
-# reference's log once still lacked a line after 2 s. Only a proxy whose line never comes waits
-# it out.
+# proxy writes it within milliseconds, but a loaded machine can hold it up for seconds
+# (docs/measurements.md). Only a proxy whose line never comes waits it out.
 LOG_WAIT_S = 5.0
 COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 

@@ -17,7 +17,6 @@ from labkit.checks.runner import run_one
 from labkit.servers import ServerHandle
 
 
-@pytest.mark.heavy  # the reference at full marks: timed checks, not beside two other workers
 @pytest.mark.sockets
 def test_reference_passes_the_quick_checks_in_catalogue_order(
     reference_proxy: ServerHandle, mock: ServerHandle, usage_log: Path
@@ -33,7 +32,6 @@ def test_reference_passes_the_quick_checks_in_catalogue_order(
     assert str(results[0]) == "PASS trickle: tokens reach the client as the upstream generates them"
 
 
-@pytest.mark.heavy  # the reference at full marks: timed checks, not beside two other workers
 @pytest.mark.sockets
 def test_reference_passes_the_incident_checks(
     reference_proxy: ServerHandle, mock: ServerHandle, usage_log: Path

@@ -139,7 +139,6 @@ def test_a_submission_zip_or_loose_notebooks_are_found_beside_proxy_py(tmp_path:
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # the reference at full marks: timed checks, not beside two other workers
 @pytest.mark.sockets
 def test_a_correct_proxy_scores_full_marks(tmp_path: Path, autograder_zip: Path) -> None:
     """Handed in as `make submit` writes it: a zip of proxy.py and notebooks/."""

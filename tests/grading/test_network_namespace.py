@@ -79,7 +79,6 @@ def namespace_here() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.usefixtures("namespace_here")
-@pytest.mark.heavy  # the reference at full marks: timed checks, not beside two other workers
 @pytest.mark.sockets
 def test_learner_code_cannot_reach_the_machines_loopback_and_the_reference_scores_full_marks(
     tmp_path: Path,
