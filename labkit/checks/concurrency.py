@@ -43,8 +43,13 @@ Inconclusive (never a fail) only for the machine: an idle probe already took mor
 of MAX_PROBE_S; or the upstream itself was slow to answer its own probe (the same probe, sent to
 the upstream directly beside every proxy probe) while streams queued, so the whole machine
 paused; or, with no stream queued, one probe was slow while the median stayed fast
-(PAUSE_MEDIAN_S): a blocked loop is slow all along, while a correct proxy at half a CPU, whose
-CPU the grader's other lanes share, can pause once for over a second (same section). Streams
+(PAUSE_MEDIAN_S), unless that one probe was held for most of the experiment (HELD_SHARE): a
+blocked loop is slow all along, while a correct proxy at half a CPU, whose CPU the grader's
+other lanes share, can pause once for over a second (same section). The probes go one at a
+time, so a loop blocked from the first stream to the last holds one probe all that while and
+leaves the few others fast (the median then says nothing); a pause of the machine delays the
+streams as much as the probe, so it fills three quarters of the experiment only if it lasts
+three times as long as the streams do, past DEADLINE_S. Streams
 that queued behind others while the upstream answered at once are never excused: a proxy whose
 workers are all busy (a thread pool smaller than the streams) answers most probes at once and
 makes the rest of the streams wait, and that fails.
@@ -92,6 +97,7 @@ IDLE_SHARE = 4  # an idle probe slower than a quarter of the limit: the machine 
 # a slow probe with a median under this: one pause of the machine; a blocked loop's median is
 # twice this or more (docs/measurements.md, "Why concurrency's thresholds")
 PAUSE_MEDIAN_S = 0.075
+HELD_SHARE = 0.75  # one probe held this share of the experiment: the loop was blocked all along
 
 ENGINE_STREAMS = 4  # the grading engine's slots
 ENGINE_FIRST_TOKEN_S = 1.5  # one stream's prompt, read alone
@@ -325,8 +331,10 @@ def _judge(
             "the proxy",
             evidence,
         )
-    # a blocked loop keeps every probe waiting: slow all along, and streams queue behind it too
-    slow_all_along = blocked and median_probe > PAUSE_MEDIAN_S
+    # a blocked loop keeps the probes waiting all along (many slow ones, or one that lasts as
+    # long as the streams), and streams queue behind it too
+    held = slowest_probe > HELD_SHARE * measured.elapsed
+    slow_all_along = blocked and (median_probe > PAUSE_MEDIAN_S or held)
     if slow_all_along or (blocked and not all_through and not waited):
         return result.failed(
             "the proxy stops answering while it waits on the upstream: every request waits for "

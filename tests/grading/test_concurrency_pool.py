@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from labkit.capture import Capture
 from labkit.checks.concurrency import (
+    ENGINE_MAX_PROBE_S,
+    HELD_SHARE,
     IDLE_SHARE,
     MAX_PROBE_S,
     Measured,
@@ -106,6 +108,29 @@ def test_the_upstream_bound_for_a_pause_is_a_quarter_of_the_probe_limit() -> Non
 def test_one_slow_probe_with_no_stream_queued_is_still_a_pause() -> None:
     result = _judge(measured(6, slowest_probe=4.2), MAX_PROBE_S)
     assert result.outcome == "inconclusive"
+
+
+def test_one_probe_held_for_most_of_the_run_is_a_blocked_loop() -> None:
+    """On the engine a blocking proxy held one probe from the first stream to the last (6,746 of
+    7,283 ms), while the three others, before and after, answered at once (median 41 ms): the
+    median alone took it for a pause of the machine."""
+    done = [Capture("http://proxy", terminal="done", total_time=7.2)] * 4
+    engine = Measured(4, done, [0.001] * 5, [0.02, 6.746, 0.041, 0.05], 7.283)
+    result = _judge(engine, ENGINE_MAX_PROBE_S)
+    assert result.outcome == "failed"
+    assert result.verdict.startswith("the proxy stops answering while it waits on the upstream")
+
+
+def test_the_held_share_is_three_quarters_of_the_experiment() -> None:
+    elapsed = 8.0
+
+    def judged(slowest: float) -> str:
+        done = [Capture("http://proxy", terminal="done", total_time=4.0)] * 6
+        probes = [0.003] * 20 + [slowest]
+        return _judge(Measured(6, done, [0.002] * 5, probes, elapsed, 6, 0), MAX_PROBE_S).outcome
+
+    assert judged(HELD_SHARE * elapsed - 0.01) == "inconclusive"
+    assert judged(HELD_SHARE * elapsed + 0.01) == "failed"
 
 
 def test_a_blocked_loop_is_named_before_the_pool() -> None:
