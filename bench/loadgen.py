@@ -87,6 +87,8 @@ class Stream:
     start: float
     seed: int = -1  # the request's: the same seed asks the mock for the same answer
     status: int = 0
+    connected: float | None = None  # the TCP connection open
+    head: float | None = None  # the response's status line and headers read
     first: float | None = None
     last: float | None = None
     gaps: list[float] = field(default_factory=list)
@@ -143,10 +145,12 @@ async def run_stream(
     try:
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + deadline - stream.start):
             reader, writer = await asyncio.open_connection(HOST, port)
+            stream.connected = time.monotonic()
             try:
                 writer.write(request_bytes(port, spec["model"], spec.get("scenario"), seed))
                 await writer.drain()
                 chunked, _length = await read_head(reader, stream)
+                stream.head = time.monotonic()
                 if settled is not None:
                     settled.set()
                 if stream.status != 200:
@@ -267,6 +271,24 @@ async def held(spec: dict[str, Any]) -> list[Stream]:
 SHAPES = {"steady": steady, "burst": burst, "idle": held, "slow": held}
 
 
+def slowest_first_tokens(streams: list[Stream], count: int = 10) -> list[dict[str, float]]:
+    """Where the ``count`` slowest first tokens waited, in seconds from each stream's start: for
+    the TCP connection, for the response head, and for the first token itself."""
+    waits = []
+    for s in streams:
+        if s.first is None or s.connected is None or s.head is None:
+            continue
+        waits.append(
+            {
+                "connect_s": s.connected - s.start,
+                "head_s": s.head - s.start,
+                "first_s": s.first - s.start,
+                "started_s": s.start,
+            }
+        )
+    return sorted(waits, key=lambda w: w["first_s"], reverse=True)[:count]
+
+
 def summarise(spec: dict[str, Any], streams: list[Stream], wall: float) -> dict[str, Any]:
     errors: dict[str, int] = {}
     counted: dict[str, Any] = {}
@@ -287,6 +309,7 @@ def summarise(spec: dict[str, Any], streams: list[Stream], wall: float) -> dict[
         "errors": errors,
         "ttft_s": [s.first - s.start for s in streams if s.first is not None],
         "ttft_by_seed": {s.seed: s.first - s.start for s in streams if s.first is not None},
+        "slowest_first_tokens": slowest_first_tokens(streams),
         "gaps_s": [g for s in streams for g in s.gaps],
         "stream_median_gaps_s": [sorted(s.gaps)[len(s.gaps) // 2] for s in streams if s.gaps],
         "events": sum(s.events for s in streams),

@@ -50,6 +50,7 @@ def _steady(
         "events": raw["events"],
         "cpu_s": cpu_s,
         "cpu_us_per_event": 1e6 * cpu_s / max(raw["events"], 1),
+        "slowest_first_tokens": raw["slowest_first_tokens"][:5],
     }
 
 

@@ -218,6 +218,10 @@ def test_loadgen_measures_a_small_steady_run_against_the_mock() -> None:
     assert result["completed"] >= 3
     assert len(result["ttft_s"]) == result["completed"]
     assert sorted(result["ttft_by_seed"].values()) == sorted(result["ttft_s"])  # one per seed
+    slowest = result["slowest_first_tokens"]
+    assert [w["first_s"] for w in slowest] == sorted(result["ttft_s"], reverse=True)[:10]
+    for wait in slowest:  # the connection, then the head, then the first token
+        assert 0.0 < wait["connect_s"] <= wait["head_s"] <= wait["first_s"]
     # wide sanity only: 10 tokens at 50/s with a 10 ms first token
     assert 0.0 < min(result["ttft_s"]) < 5.0
     assert 0.0 < stats.percentile(result["gaps_s"], 0.5) < 1.0
