@@ -107,13 +107,13 @@ typecheck: $(STAMP)
 # Two passes (tests/workers.py): the light tests on three workers, then the heavy ones alone.
 # A pass whose tests fail (pytest's exit code 1) runs those tests once more, in one process; the
 # pass fails if any fails again. Any other exit code (interrupted, no tests) fails at once.
-AGAIN := --last-failed --last-failed-no-failures none
+# $(call pass,MARKERS,OPTIONS): one pass, and its failed tests once more.
 AGAIN_NOTE := unit: running the tests that failed above once more, alone (tests/workers.py)
+pass = $(BIN)/pytest tests -m "$(1)" $(2) || { [ $$? -eq 1 ] && echo "$(AGAIN_NOTE)" && \
+  $(BIN)/pytest tests -m "$(1)" --last-failed --last-failed-no-failures none; }
 unit: $(STAMP)
-	$(BIN)/pytest tests -m "not heavy" -n 3 --dist loadfile --durations=20 || \
-	  { [ $$? -eq 1 ] && echo "$(AGAIN_NOTE)" && $(BIN)/pytest tests -m "not heavy" $(AGAIN); }
-	$(BIN)/pytest tests -m heavy --durations=20 || \
-	  { [ $$? -eq 1 ] && echo "$(AGAIN_NOTE)" && $(BIN)/pytest tests -m heavy $(AGAIN); }
+	$(call pass,not heavy,-n 3 --dist loadfile --durations=20)
+	$(call pass,heavy,--durations=20)
 
 nbval: $(STAMP)
 ifneq ($(NOTEBOOKS),)

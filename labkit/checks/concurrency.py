@@ -49,10 +49,10 @@ other lanes share, can pause once for over a second (same section). The probes g
 time, so a loop blocked from the first stream to the last holds one probe all that while and
 leaves the few others fast (the median then says nothing); a pause of the machine delays the
 streams as much as the probe, so it fills three quarters of the experiment only if it lasts
-three times as long as the streams do, past DEADLINE_S. Streams
-that queued behind others while the upstream answered at once are never excused: a proxy whose
-workers are all busy (a thread pool smaller than the streams) answers most probes at once and
-makes the rest of the streams wait, and that fails.
+three times as long as the streams do, past DEADLINE_S. Streams that queued behind others
+while the upstream answered at once are never excused: a proxy whose workers are all busy (a
+thread pool smaller than the streams) answers most probes at once and makes the rest of the
+streams wait, and that fails.
 
 On a real engine (``check_concurrency_on_engine``) the streams are as many as the engine has
 slots (ENGINE_STREAMS: more would wait in its queue, and a queued request gets no response

@@ -122,12 +122,10 @@ def test_one_probe_held_for_most_of_the_run_is_a_blocked_loop() -> None:
 
 
 def test_the_held_share_is_three_quarters_of_the_experiment() -> None:
-    elapsed = 8.0
+    elapsed = measured(6).elapsed
 
     def judged(slowest: float) -> str:
-        done = [Capture("http://proxy", terminal="done", total_time=4.0)] * 6
-        probes = [0.003] * 20 + [slowest]
-        return _judge(Measured(6, done, [0.002] * 5, probes, elapsed, 6, 0), MAX_PROBE_S).outcome
+        return _judge(measured(6, slowest_probe=slowest), MAX_PROBE_S).outcome
 
     assert judged(HELD_SHARE * elapsed - 0.01) == "inconclusive"
     assert judged(HELD_SHARE * elapsed + 0.01) == "failed"
