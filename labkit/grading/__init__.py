@@ -7,7 +7,9 @@
   environment and a hard time limit, many at a time;
 - ``rubric``: ``Rubric``, weights and limits from TOML; ``report``: ``SubmissionReport`` and its
   renderers (table, JSON, Gradescope ``results.json``, feedback, CSV);
-- ``notebook_grader`` and ``notebook_runner``: the parts written in the notebooks.
+- ``notebook_grader`` and ``notebook_runner``: the parts written in the notebooks; ``zygote``
+  and ``confine``: a class's runners forked from one pre-imported process, each confining
+  itself as ``bwrap`` would;
 
 Import from the modules. The package imports nothing itself: the notebook runner, a sandboxed
 process per learner, is a module here, and importing the grader with it would cost each learner

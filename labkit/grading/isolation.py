@@ -58,6 +58,7 @@ __all__ = [
     "NoSandbox",
     "choose",
     "in_container",
+    "readonly_paths",
 ]
 
 Kind = Literal["bubblewrap", "none"]
@@ -277,15 +278,7 @@ class Bubblewrap(Isolation):
             "/tmp",
         ]
         writable = list(writable)
-        # An import path that holds a writable folder (the worker's own home on sys.path) would
-        # cover it with the real, private directory: leave such paths out.
-        python = [
-            p
-            for p in _python_paths()
-            if not any(Path(p) == f or Path(p) in f.parents for f in map(Path, writable))
-        ]
-        readonly = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", *python]
-        binds = [(path, "--ro-bind-try") for path in readonly if os.path.exists(path)]
+        binds = [(path, "--ro-bind-try") for path in readonly_paths(writable)]
         binds += [(str(folder), "--bind") for folder in writable]
         # bwrap makes missing parents 0700, which the unprivileged user could not cross
         parents = {str(p) for path, _ in binds for p in Path(path).parents if str(p) != "/"}
@@ -303,6 +296,20 @@ class Bubblewrap(Isolation):
 KINDS: dict[Kind, type[Isolation]] = {"bubblewrap": Bubblewrap, "none": NoSandbox}
 
 
+def readonly_paths(writable: Iterable[Path]) -> list[str]:
+    """What a sandbox binds read-only: the system, Python and the lab's packages. An import
+    path that holds a writable folder (the worker's own home on ``sys.path``) would cover it
+    with the real, private directory: such paths are left out."""
+    writable = [Path(folder) for folder in writable]
+    python = [
+        p
+        for p in _python_paths()
+        if not any(Path(p) == f or Path(p) in f.parents for f in writable)
+    ]
+    readonly = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", *python]
+    return [path for path in readonly if os.path.exists(path)]
+
+
 def _python_paths() -> list[str]:
     """What the child needs to run Python and import the lab: the interpreter's prefixes and
     the import paths inside them, labkit's and mock_upstream's own folders (an editable install
@@ -318,7 +325,7 @@ def _python_paths() -> list[str]:
     for package in (labkit, mock_upstream):
         paths.add(os.path.dirname(os.path.abspath(package.__file__ or "")))
     extra = os.environ.get("PYTHONPATH", "")
-    paths |= {p for p in extra.split(os.pathsep) if p and os.path.isdir(p)}
+    paths |= {os.path.abspath(p) for p in extra.split(os.pathsep) if p and os.path.isdir(p)}
     return sorted(paths)
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "Network",
     "NetworkChoice",
     "NetworkSetupError",
+    "bring_up_loopback",
     "enter_own_namespace",
     "interfaces",
     "seen_from_here",
@@ -102,7 +103,7 @@ def enter_own_namespace(choice: NetworkChoice | None = None) -> Network:
     if not sys.platform.startswith("linux"):
         return Network(False, f"network namespaces are Linux's, and this is {sys.platform}")
     if interfaces() == ["lo"]:  # already alone (a worker started inside a namespace)
-        _bring_up_loopback()
+        bring_up_loopback()
         return Network(True)
     # Tried first in a child: a move that fails halfway (a user namespace without the rights to
     # bring its loopback up) would leave this process in a namespace it cannot leave again.
@@ -125,7 +126,7 @@ def _move() -> str:
     if refused:
         return refused
     try:
-        _bring_up_loopback()
+        bring_up_loopback()
     except OSError as exc:
         return f"the new namespace's loopback could not be brought up ({exc}): {_ASK}"
     return ""
@@ -188,7 +189,7 @@ def _write(path: str, text: str) -> None:
         file.write(text)
 
 
-def _bring_up_loopback() -> None:
+def bring_up_loopback() -> None:
     """Set ``lo`` up (a new namespace's loopback starts down). Raises ``OSError``."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         asked = struct.pack(_IFREQ, b"lo", 0)

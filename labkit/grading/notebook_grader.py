@@ -9,7 +9,9 @@ what the notebooks import once and then forks ``RUNNERS`` children, each taking 
 from a shared queue when it has finished its last (a notebook's checks mostly wait on the servers
 they started; the imports are most of the CPU). It is started the way the grader starts a proxy
 (``labkit.grading.isolation``: bubblewrap and a cgroup when the machine allows, a stripped
-environment, inside the grading worker's own network namespace). Its folder is a private copy
+environment, inside the grading worker's own network namespace); when a class is graded at once,
+it is forked instead from the class's pre-imported zygote and confines itself the same way, in a
+network namespace of its own (``labkit.grading.zygote``, ``labkit.grading.confine``). Its folder is a private copy
 holding only the learner's ``proxy.py`` (notebooks 11 to 13 serve it) and an empty ``notebooks/`` to
 run in; the cells themselves come in a plan file, so nothing else of the learner's, the instructor's
 or a classmate's is in reach. Each notebook has ``NOTEBOOK_BUDGET_S`` (stretched on a slow machine
@@ -27,6 +29,7 @@ judge's verdict; similarity reports and reading the code remain the instructor's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -44,7 +47,16 @@ import labkit
 from labkit.checks import CheckResult
 from labkit.checks.machine import Budget
 from labkit.errors import GradingError
-from labkit.grading.isolation import MIB, Confinement, Isolation, Limits, choose
+from labkit.grading.confine import Sandbox
+from labkit.grading.isolation import (
+    MIB,
+    NOBODY,
+    Confinement,
+    Isolation,
+    Limits,
+    choose,
+    readonly_paths,
+)
 from labkit.grading.notebook_parts import (
     COURSE_FILE,
     CourseNotebook,
@@ -54,14 +66,18 @@ from labkit.grading.notebook_parts import (
     graded_stems,
     learner_run,
     notebook_cells,
+    without_unread,
 )
+from labkit.grading.notebook_runner import warm_modules
 from labkit.grading.sandbox import clean_env
+from labkit.grading.zygote import Spawned, ZygoteClient
 
 __all__ = [
     "NOTEBOOK_BUDGET_S",
     "NOTEBOOK_LIMITS",
     "UPLOAD_HINT",
     "course_dir",
+    "course_modules",
     "grade_notebook_parts",
     "not_graded",
     "notebook_rows",
@@ -94,6 +110,17 @@ def course_dir() -> Path:
             "the check cells), or hand in proxy.py files alone."
         )
     return folder
+
+
+def course_modules(folder: Path) -> list[str]:
+    """What the graded cells of the course in ``folder`` import: what a class's zygote
+    imports once for every learner's runner (``labkit.grading.zygote``)."""
+    cells = [
+        cell
+        for nb in course_notebooks(folder)
+        for cell in without_unread([(c.role, c.source) for c in nb.cells])
+    ]
+    return warm_modules(cells)
 
 
 def notebook_time_limit_s(folder: Path | None = None, budget: Budget | None = None) -> float:
@@ -233,15 +260,62 @@ class _Round:
         return next(p for p in self.progress if notebook in p.started)
 
 
+def _start_runner(
+    plan: Path,
+    events: Path,
+    work: Path,
+    cwd: Path,
+    env: dict[str, str],
+    isolation: Isolation,
+    confinement: Confinement,
+    zygote: str | None,
+) -> subprocess.Popen[bytes] | Spawned:
+    """The runner for ``plan``: forked by the class's ``zygote`` (its imports made already)
+    where there is one and the sandbox is bubblewrap's, else a new process through ``bwrap``."""
+    if zygote is not None and isolation.kind == "bubblewrap" and os.geteuid() == 0:
+        cgroup = confinement.cgroup
+        sandbox = Sandbox(
+            readonly=tuple(readonly_paths([work])),
+            writable=(str(work),),
+            uid=NOBODY,
+            cgroup_procs=tuple(str(d / "cgroup.procs") for d in cgroup.dirs.values())
+            if cgroup is not None
+            else (),
+            niceness=NICENESS,
+            file_bytes=NOTEBOOK_LIMITS.file_bytes,
+            cpu_s=NOTEBOOK_LIMITS.cpu_s,
+            address_space_bytes=0 if cgroup is not None else NOTEBOOK_LIMITS.address_space_bytes,
+            env=env,
+            cwd=str(cwd),
+        )
+        with contextlib.suppress(OSError):  # the zygote gone: a runner of its own, as before
+            return ZygoteClient(zygote).spawn([str(plan), str(events)], sandbox)
+    command = [sys.executable, "-m", "labkit.grading.notebook_runner", str(plan), str(events)]
+    wrapped = confinement.wrap(command, writable=[work])
+    if nice := shutil.which("nice"):
+        wrapped = [nice, "-n", str(NICENESS), *wrapped]
+    return subprocess.Popen(
+        wrapped,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def _run_once(
     runs: Sequence[NotebookRun],
     work: Path,
     isolation: Isolation,
     budget_s: float,
     start_s: float,
+    zygote: str | None = None,
 ) -> _Round:
     """One runner process for ``runs`` (``RUNNERS`` of them side by side, from one queue),
-    given ``start_s`` for its imports and ``budget_s`` for each notebook."""
+    given ``start_s`` for its imports and ``budget_s`` for each notebook; forked by
+    ``zygote`` (a socket's path, ``labkit.grading.zygote``) when there is one."""
     plan = work / "runs.json"
     runners = min(RUNNERS, len(runs))
     plan.write_text(
@@ -253,22 +327,10 @@ def _run_once(
         old.unlink()
     cwd = work / "learner" / "notebooks"
     isolation.prepare([path for path in work.rglob("*")] + [work])
-    command = [sys.executable, "-m", "labkit.grading.notebook_runner", str(plan), str(events)]
     confinement = Confinement.create(isolation, NOTEBOOK_LIMITS)
-    wrapped = confinement.wrap(command, writable=[work])
-    if nice := shutil.which("nice"):
-        wrapped = [nice, "-n", str(NICENESS), *wrapped]
     env = clean_env(cwd, {"MPLBACKEND": "Agg", "IPYTHONDIR": str(work / ".ipython")})
+    process = _start_runner(plan, events, work, cwd, env, isolation, confinement, zygote)
     result = _Round([_Progress(Path(f"{events}-{n}.jsonl")) for n in range(runners)])
-    process = subprocess.Popen(
-        wrapped,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
     born = time.monotonic()
     try:
         while process.poll() is None and not result.killed:
@@ -294,7 +356,10 @@ def _run_once(
                     break
     finally:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+            if isinstance(process, Spawned):
+                process.kill()
+            else:
+                os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         if confinement.release() and result.stopped is None:
             limit = NOTEBOOK_LIMITS.memory_bytes // MIB
@@ -319,6 +384,7 @@ def grade_notebook_parts(
     proxy: Path | None = None,
     budget_s: float | None = None,
     budget: Budget | None = None,
+    zygote: str | None = None,
 ) -> list[CheckResult]:
     """One result per part of ``course``, for the learner notebooks in the folder
     ``notebooks`` (``None``: they handed in ``proxy.py`` alone), with their ``proxy.py``.
@@ -350,7 +416,7 @@ def grade_notebook_parts(
                 )
     if runs:
         machine = Budget.given_or_here(budget)
-        results.update(_run_all(runs, course, proxy, budget_s, machine))
+        results.update(_run_all(runs, course, proxy, budget_s, machine, zygote))
     return [results[part.id] for nb in course for part in nb.parts]
 
 
@@ -360,6 +426,7 @@ def _run_all(
     proxy: Path | None,
     budget_s: float | None,
     machine: Budget,
+    zygote: str | None = None,
 ) -> dict[str, CheckResult]:
     """``runs`` in one sandboxed runner, ``RUNNERS`` at a time; run again, for the notebooks
     still to run, after one that had to be stopped."""
@@ -378,7 +445,7 @@ def _run_all(
         # last would leave the other runners idle while it ends.
         remaining = runs[::-1]
         while remaining:
-            outcome = _run_once(remaining, work, isolation, budget, start_s)
+            outcome = _run_once(remaining, work, isolation, budget, start_s, zygote)
             finished: set[str] = set()
             for run in remaining:
                 name = run.notebook
@@ -406,8 +473,15 @@ def _run_all(
 
 
 def notebook_rows(
-    course: Path, notebooks: Path | None, proxy: Path, budget: Budget | None = None
+    course: Path,
+    notebooks: Path | None,
+    proxy: Path,
+    budget: Budget | None = None,
+    zygote: str | None = None,
 ) -> list[CheckResult]:
     """A row for each in-notebook part of the instructor's notebooks in ``course``, graded
-    from the learner's ``notebooks`` folder and their ``proxy``, within ``budget``'s limits."""
-    return grade_notebook_parts(notebooks, course_notebooks(course), proxy=proxy, budget=budget)
+    from the learner's ``notebooks`` folder and their ``proxy``, within ``budget``'s limits
+    (the runner forked by the class's ``zygote`` when there is one)."""
+    return grade_notebook_parts(
+        notebooks, course_notebooks(course), proxy=proxy, budget=budget, zygote=zygote
+    )

@@ -5,8 +5,10 @@
 ``PLAN`` is a JSON object: ``runs``, a list of
 :class:`labkit.grading.notebook_parts.NotebookRun` (``notebook`` and its ``cells``, each
 ``[role, source]``), and ``runners``, how many to run side by side. The runner first imports
-what the instructor's cells import (OpenAI's and Anthropic's SDKs, jsonschema, matplotlib:
-seconds of CPU), then forks ``runners`` children on that one set of imports. The notebooks wait
+what the instructor's cells import (OpenAI's and Anthropic's SDKs, jsonschema, IPython: seconds
+of CPU; ``prepare``), then forks ``runners`` children on that one set of imports. A class graded
+at once skips even that: its zygote (``labkit.grading.zygote``) has made the imports before it
+forks the learner's runner, which calls ``run_plan`` directly. The notebooks wait
 in a queue (a pipe holding one byte per notebook), and each child takes the next one when it has
 finished its last, so a long notebook does not hold back a fixed share of the others. In a
 child, each notebook runs in a fresh namespace of one IPython shell (not a Jupyter kernel: no
@@ -31,13 +33,13 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from labkit.notebook_checks import VERDICTS_ENV
 
-__all__ = ["main"]
+__all__ = ["main", "prepare", "run_plan", "warm_modules"]
 
 
 def _event(events: Path, **fields: Any) -> None:
@@ -69,15 +71,32 @@ def _imported(source: str) -> list[str]:
     return names
 
 
-def _warm(runs: list[dict[str, Any]]) -> None:
-    """Import what the instructor's cells import, once, before the runners fork."""
-    for run in runs:
-        for role, source in run["cells"]:
-            if role == "part":
-                continue  # the learner's imports happen in their own cell
-            for name in _imported(source):
-                with contextlib.suppress(Exception):
-                    importlib.import_module(name)
+def warm_modules(cells: Iterable[Sequence[str]]) -> list[str]:
+    """What the instructor's cells (``[role, source]``, parts left out: the learner's imports
+    happen in their own cell) import at their top level, each once, in order."""
+    names: dict[str, None] = {}
+    for role, source in cells:
+        if role != "part":
+            names.update(dict.fromkeys(_imported(source)))
+    return list(names)
+
+
+def prepare(modules: Iterable[str]) -> None:
+    """Import what every runner needs, once, before the runners fork (or before a zygote forks
+    learners' runners: ``labkit.grading.zygote``); then hide it from the collector."""
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    # jsonschema imports rfc3987_syntax when it is installed (jupyter-events brings it into the
+    # lab's environment; the grader's own install has none) only to check the "iri" formats, which
+    # no graded cell asks for, and its import builds 38 parsers: a second of CPU per learner.
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+    import IPython.core.interactiveshell  # noqa: F401  (warm: every runner needs it)
+
+    for name in modules:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    # What the imports made lives as long as the runner: out of the collector's sight, each
+    # full collection (IPython's reset makes one per notebook) walks only what the cells made.
+    gc.freeze()
 
 
 def _taken(queue: int, runs: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -121,22 +140,12 @@ def _run_notebooks(notebooks: Iterable[dict[str, Any]], events: Path) -> None:
             _event(events, event="done", notebook=notebook)
 
 
-def main(argv: list[str] | None = None) -> int:
-    plan, events = map(Path, (argv or sys.argv[1:])[:2])
+def run_plan(plan: Path, events: Path) -> int:
+    """Run the notebooks of ``plan``, writing ``events``: see the module's docstring."""
     loaded: dict[str, Any] = json.loads(plan.read_text(encoding="utf-8"))
     runs: list[dict[str, Any]] = loaded["runs"]
     runners = max(1, min(int(loaded["runners"]), len(runs)))
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    # jsonschema imports rfc3987_syntax when it is installed (jupyter-events brings it into the
-    # lab's environment; the grader's own install has none) only to check the "iri" formats, which
-    # no graded cell asks for, and its import builds 38 parsers: a second of CPU per learner.
-    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
-    import IPython.core.interactiveshell  # noqa: F401  (warm: every runner needs it)
-
-    _warm(runs)
-    # What the imports made lives as long as the runner: out of the collector's sight, each
-    # full collection (IPython's reset makes one per notebook) walks only what the cells made.
-    gc.freeze()
+    prepare(warm_modules(cell for run in runs for cell in run["cells"]))
     if runners == 1:
         _run_notebooks(runs, Path(f"{events}-0.jsonl"))
         return 0
@@ -159,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     for pid in children:
         os.waitpid(pid, 0)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    plan, events = map(Path, (argv or sys.argv[1:])[:2])
+    return run_plan(plan, events)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ a verdict saying what to upload.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -36,6 +37,7 @@ from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.rubric import Rubric
 from labkit.grading.sandbox import clean_env
 from labkit.grading.worker import WorkerOutcome
+from labkit.grading.zygote import Zygote
 
 __all__ = [
     "GradingError",
@@ -173,11 +175,13 @@ def grade_in_worker(
     engine_url: str | None = None,
     course: Path | None = None,
     budget: Budget | None = None,
+    zygote: str | None = None,
 ) -> SubmissionReport:
     """Grade one submission in a worker process (against the real engine at ``engine_url``,
     if given; its notebook parts, if it has them, by the course in ``course``, default
-    ``notebook_grader.course_dir()``), stopped after the time ``budget``'s machine allows
-    (default: this one's). Raises ``GradingError`` on a setup failure."""
+    ``notebook_grader.course_dir()``, their runner forked by the class's ``zygote`` if there
+    is one), stopped after the time ``budget``'s machine allows (default: this one's). Raises
+    ``GradingError`` on a setup failure."""
     ids = select(only)
     machine = Budget.given_or_here(budget)
     command = [sys.executable, "-m", "labkit.grading.worker", str(submission.path.resolve())]
@@ -198,6 +202,8 @@ def grade_in_worker(
         command += ["--course", str(course.resolve())]
         if submission.notebooks is not None:
             command += ["--notebooks", str(submission.notebooks.resolve())]
+        if zygote is not None:
+            command += ["--zygote", zygote]
         limit += notebook_time_limit_s(course, machine)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="labkit-worker-") as home:
@@ -275,10 +281,21 @@ def grade_many(
     """
     reports: dict[int, SubmissionReport] = {}
     budget = Budget.here()  # read once: every worker's time limit is set for this machine
-    with ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
+    with contextlib.ExitStack() as stack:
+        zygote = _zygote(submissions, budget)
+        if zygote is not None:
+            stack.callback(zygote.stop)
+        path = zygote.path if zygote is not None else None
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=jobs or default_jobs()))
         futures = {
             pool.submit(
-                grade_in_worker, s, rubric, rubric_path=rubric_path, only=only, budget=budget
+                grade_in_worker,
+                s,
+                rubric,
+                rubric_path=rubric_path,
+                only=only,
+                budget=budget,
+                zygote=path,
             ): i
             for i, s in enumerate(submissions)
         }
@@ -288,3 +305,19 @@ def grade_many(
             if on_done is not None:
                 on_done(done, report)
     return [reports[i] for i in range(len(submissions))]
+
+
+def _zygote(submissions: Sequence[Submission], budget: Budget) -> Zygote | None:
+    """One pre-imported parent for every learner's notebook runner (``labkit.grading.zygote``)
+    when notebooks are graded and a forked child can be sandboxed here; else ``None``, and each
+    worker starts its runners through ``bwrap`` as one learner's grading does."""
+    if len(submissions) < 2 or not any(s.parts for s in submissions):
+        return None
+    from labkit.grading.isolation import choose
+    from labkit.grading.notebook_grader import START_BUDGET_S, course_dir, course_modules
+
+    if choose().kind != "bubblewrap":
+        return None
+    env = clean_env(tempfile.gettempdir(), {"MPLBACKEND": "Agg"})
+    started = Zygote.start(course_modules(course_dir()), env, budget.stretch(START_BUDGET_S))
+    return started if isinstance(started, Zygote) else None

@@ -65,6 +65,9 @@ def clean_env(
 ) -> dict[str, str]:
     """An environment with nothing secret in it: a few locale and path variables, ``home``."""
     env = {name: os.environ[name] for name in KEPT_ENV if name in os.environ}
+    if "PYTHONPATH" in env:  # as this process reads it, whichever folder the child starts in
+        folders = env["PYTHONPATH"].split(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(f) for f in folders if f)
     env.update(
         HOME=os.fspath(home),
         TMPDIR=os.fspath(home),

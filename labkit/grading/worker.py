@@ -1,12 +1,13 @@
 """Grade one file in this process and print the outcome as JSON: ``labkit grade``'s worker.
 
 ``python -m labkit.grading.worker FILE [--name NAME] [--rubric TOML] [--only ID ...]
-[--engine URL] [--course DIR [--notebooks DIR]]``
+[--engine URL] [--course DIR [--notebooks DIR] [--zygote SOCKET]]``
 
 With ``--course`` (the instructor's notebooks) the learner's in-notebook parts are graded too,
 beside ``proxy.py``'s checks, from their notebooks in ``--notebooks`` (none given: they handed in
 ``proxy.py`` alone, and each part scores 0 saying what to upload); see
-``labkit.grading.notebook_grader``.
+``labkit.grading.notebook_grader``. With ``--zygote`` (a class graded at once) their runner
+is forked by the class's pre-imported zygote (``labkit.grading.zygote``).
 
 The CLI starts it with a stripped environment (``sandbox.clean_env``), so the learner's proxy,
 which inherits this environment, never sees the instructor's secrets; and with a hard time
@@ -89,7 +90,9 @@ async def _grade(args: argparse.Namespace, rubric: Rubric, network: Network) -> 
     from labkit.grading.notebook_grader import notebook_rows  # IPython: only here
 
     notebooks = Path(args.notebooks) if args.notebooks else None
-    rows = asyncio.to_thread(notebook_rows, Path(args.course), notebooks, Path(args.file), budget)
+    rows = asyncio.to_thread(
+        notebook_rows, Path(args.course), notebooks, Path(args.file), budget, args.zygote
+    )
     report, parts = await asyncio.gather(graded, rows)
     return replace(report, results=[*report.results, *parts], elapsed_s=time.monotonic() - started)
 
@@ -103,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", metavar="URL", help="grade against this real engine")
     parser.add_argument("--course", help="the instructor's notebooks: grade in-notebook parts")
     parser.add_argument("--notebooks", help="with --course: the learner's notebooks folder")
+    parser.add_argument("--zygote", help="with --course: the class's zygote (its socket)")
     args = parser.parse_args(argv)
     try:
         network = (

@@ -16,7 +16,7 @@ import pytest
 
 from labkit import serve
 from labkit.grading.isolation import Cgroup, Limits, NoSandbox, choose
-from labkit.grading.sandbox import start_proxy
+from labkit.grading.sandbox import clean_env, start_proxy
 from labkit.upstream import MockUpstream
 from mock_upstream import DEBUG_TOKEN_HEADER, create_app
 
@@ -66,6 +66,25 @@ def test_inside_the_sandbox_only_its_own_folder_is_there_and_writable(
     assert all(not name.startswith("labkit-grade-") for name in seen["tmp"])  # type: ignore[union-attr]
     if os.geteuid() == 0:
         assert seen["uid"] == 65534, "as root, learner code runs as nobody"
+
+
+def test_a_relative_pythonpath_reaches_a_child_as_the_folders_the_grader_meant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "lib").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", f"lib{os.pathsep}.")
+    env = clean_env(tmp_path / "home")
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "lib"), str(tmp_path)]
+
+
+@pytest.mark.sockets
+def test_the_sandbox_starts_under_a_relative_pythonpath(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("PYTHONPATH", ".")  # bound as the checkout, not as "." in the sandbox
+    assert _run_inside(tmp_path)["own_folder"] == "ok"
 
 
 @pytest.mark.sockets

@@ -179,7 +179,7 @@ def test_a_user_other_than_root_gets_one_through_a_user_namespace(
 LOOPBACK_REFUSED = """
 def _refused():
     raise PermissionError(1, "Operation not permitted")
-network._bring_up_loopback = _refused
+network.bring_up_loopback = _refused
 """
 
 

@@ -10,6 +10,7 @@ part cell that tries what the hostile proxies try.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -40,6 +41,8 @@ from labkit.grading.notebook_parts import (
 from labkit.grading.report import Problem, SubmissionReport, feedback_markdown
 from labkit.grading.roster import Submission, _failed, find_submissions, grade_in_worker
 from labkit.grading.rubric import Rubric, RubricError
+from labkit.grading.sandbox import clean_env
+from labkit.grading.zygote import Zygote
 from labkit.student import make_student_copies
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -436,12 +439,29 @@ def _daemons() -> list[str]:
     return [line for line in shown.stdout.splitlines() if "pgrep" not in line]
 
 
+@pytest.fixture(scope="module")
+def zygote() -> Iterator[str]:
+    """A class's zygote, with a few of the course's imports made (the runner makes the rest)."""
+    if os.geteuid() != 0 or choose().kind != "bubblewrap":
+        pytest.skip("a zygote's runners are for root with a sandbox")
+    started = Zygote.start(["openai", "fastapi", "labkit.checks"], clean_env(ROOT), 120)
+    assert isinstance(started, Zygote), f"root here, yet no zygote: {started}"
+    yield started.path
+    started.stop()
+
+
 @pytest.mark.sockets
+@pytest.mark.parametrize("forked", [False, True], ids=["own-runner", "zygote-runner"])
 def test_a_hostile_part_cell_is_contained_like_a_hostile_proxy(
-    course: list[CourseNotebook], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    course: list[CourseNotebook],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    forked: bool,
+    request: pytest.FixtureRequest,
 ) -> None:
     if choose().kind != "bubblewrap":
         pytest.skip(f"no sandbox on this machine: {choose().describe()}")
+    zygote_path = request.getfixturevalue("zygote") if forked else None
     classmate = tmp_path / "classmate"
     classmate.mkdir()
     (classmate / "proxy.py").write_text("# CLASSMATE-MARKER\n")
@@ -460,7 +480,10 @@ def test_a_hostile_part_cell_is_contained_like_a_hostile_proxy(
     before = _daemons()
     with _reports(tmp_path / "homes", monkeypatch) as reports:
         rows = grade_notebook_parts(
-            learner / "notebooks", _only(course, "08"), proxy=learner / "proxy.py"
+            learner / "notebooks",
+            _only(course, "08"),
+            proxy=learner / "proxy.py",
+            zygote=zygote_path,
         )
 
     assert all(r.passed for r in rows), [(r.id, r.verdict, dict(r.evidence)) for r in rows]
