@@ -14,9 +14,10 @@ it is forked instead from the class's pre-imported zygote and confines itself th
 network namespace of its own (``labkit.grading.zygote``, ``labkit.grading.confine``). Its folder
 is a private copy holding only the learner's ``proxy.py`` (notebooks 11 to 13 serve it) and an
 empty ``notebooks/`` to run in; the cells themselves come in a plan file, so nothing else of the
-learner's, the instructor's or a classmate's is in reach. Each notebook has ``NOTEBOOK_BUDGET_S`` (stretched on a slow machine
-like every other budget): a notebook that overruns is stopped (the whole process), its parts fail
-saying so, and the process starts again for the notebooks still to run. When the process ends,
+learner's, the instructor's or a classmate's is in reach. Each notebook has
+``NOTEBOOK_BUDGET_S`` (stretched on a slow machine like every other budget): a notebook that
+overruns is stopped (the whole process), its parts fail saying so, and the process starts again
+for the notebooks still to run. When the process ends,
 whatever it left running dies with its PID namespace and cgroup, as a proxy's does.
 
 What each part scores: the verdict its check printed (pass, fail with what the judge saw, or
