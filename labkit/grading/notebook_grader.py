@@ -90,6 +90,9 @@ START_BUDGET_S = 60.0  # the runner's imports, before its first notebook starts
 NICENESS = 10  # below the proxy's checks, which run beside the notebooks and are timed
 POLL_S = 0.1
 RUNNERS = 3  # notebooks graded side by side for one learner (forked after the imports)
+# In a class graded at once (a zygote), the workers keep every CPU busy already: one runner a
+# learner, so that the parts add one process at a lower priority beside each grading, not three.
+CLASS_RUNNERS = 1
 # The notebooks serve the learner's proxy (two to four processes), nginx and a mock in one tree.
 NOTEBOOK_LIMITS = Limits(memory_bytes=1536 * MIB, processes=512)
 UPLOAD_HINT = "hand in notebooks/ beside proxy.py: `make submit` writes a zip of both."
@@ -318,7 +321,7 @@ def _run_once(
     given ``start_s`` for its imports and ``budget_s`` for each notebook; forked by
     ``zygote`` (a socket's path, ``labkit.grading.zygote``) when there is one."""
     plan = work / "runs.json"
-    runners = min(RUNNERS, len(runs))
+    runners = min(RUNNERS if zygote is None else CLASS_RUNNERS, len(runs))
     plan.write_text(
         json.dumps({"runners": runners, "runs": [run.to_json() for run in runs]}),
         encoding="utf-8",
