@@ -5,20 +5,20 @@ of ``course`` (``labkit.grading.notebook_parts``: which cells run, and which che
 with ids like ``nb08.adapter``, to stand beside ``proxy.py``'s checks in the same report.
 
 How they run: one Python process per learner (``labkit.grading.notebook_runner``), which imports
-what the notebooks import once and then forks ``RUNNERS`` children, each taking the next notebook
-from a shared queue when it has finished its last (a notebook's checks mostly wait on the servers
-they started; the imports are most of the CPU). It is started the way the grader starts a proxy
-(``labkit.grading.isolation``: bubblewrap and a cgroup when the machine allows, a stripped
-environment, inside the grading worker's own network namespace); when a class is graded at once,
-it is forked instead from the class's pre-imported zygote and confines itself the same way, in a
-network namespace of its own (``labkit.grading.zygote``, ``labkit.grading.confine``). Its folder
-is a private copy holding only the learner's ``proxy.py`` (notebooks 11 to 13 serve it) and an
-empty ``notebooks/`` to run in; the cells themselves come in a plan file, so nothing else of the
-learner's, the instructor's or a classmate's is in reach. Each notebook has
-``NOTEBOOK_BUDGET_S`` (stretched on a slow machine like every other budget): a notebook that
-overruns is stopped (the whole process), its parts fail saying so, and the process starts again
-for the notebooks still to run. When the process ends,
-whatever it left running dies with its PID namespace and cgroup, as a proxy's does.
+what the notebooks import once and then forks ``RUNNERS`` children (``CLASS_RUNNERS`` in a class
+graded at once), each taking the next notebook from a shared queue when it has finished its last (a
+notebook's checks mostly wait on the servers they started; the imports are most of the CPU). It is
+started the way the grader starts a proxy (``labkit.grading.isolation``: bubblewrap and a cgroup
+when the machine allows, a stripped environment, inside the grading worker's own network
+namespace); when a class is graded at once, it is forked instead from the class's pre-imported
+zygote and confines itself the same way, in a network namespace of its own
+(``labkit.grading.zygote``, ``labkit.grading.confine``). Its folder is a private copy holding only
+the learner's ``proxy.py`` (notebooks 11 to 13 serve it) and an empty ``notebooks/`` to run in; the
+cells themselves come in a plan file, so nothing else of the learner's, the instructor's or a
+classmate's is in reach. Each notebook has ``NOTEBOOK_BUDGET_S`` (stretched on a slow machine like
+every other budget): a notebook that overruns is stopped (the whole process), its parts fail saying
+so, and the process starts again for the notebooks still to run. When the process ends, whatever it
+left running dies with its PID namespace and cgroup, as a proxy's does.
 
 What each part scores: the verdict its check printed (pass, fail with what the judge saw, or
 "not written yet" naming the part and its notebook); 0 with a reason when the notebook was not
@@ -74,6 +74,7 @@ from labkit.grading.sandbox import clean_env
 from labkit.grading.zygote import Spawned, ZygoteClient
 
 __all__ = [
+    "CLASS_RUNNERS",
     "NOTEBOOK_BUDGET_S",
     "NOTEBOOK_LIMITS",
     "UPLOAD_HINT",
@@ -90,8 +91,10 @@ START_BUDGET_S = 60.0  # the runner's imports, before its first notebook starts
 NICENESS = 10  # below the proxy's checks, which run beside the notebooks and are timed
 POLL_S = 0.1
 RUNNERS = 3  # notebooks graded side by side for one learner (forked after the imports)
-# In a class graded at once (a zygote), the workers keep every CPU busy already: one runner a
-# learner, so that the parts add one process at a lower priority beside each grading, not three.
+# In a class graded at once (a zygote), the workers keep the CPUs busy already, and every runner
+# a learner's notebooks add beside the class's timed proxy checks costs some learners a verdict
+# they earned: one runner, though the class may then wait on a learner's notebooks, which run one
+# after another (docs/measurements.md, issue 30).
 CLASS_RUNNERS = 1
 # The notebooks serve the learner's proxy (two to four processes), nginx and a mock in one tree.
 NOTEBOOK_LIMITS = Limits(memory_bytes=1536 * MIB, processes=512)

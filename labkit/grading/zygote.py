@@ -127,7 +127,7 @@ class ZygoteClient:
 
 class Zygote:
     """The zygote process, from the side that grades the class: ``start`` it, hand its
-    ``path`` to the workers, ``stop`` it (or use it as a context manager)."""
+    ``path`` to the workers, ``stop`` it."""
 
     def __init__(self, process: subprocess.Popen[bytes], home: Path) -> None:
         self.process = process
@@ -176,12 +176,6 @@ class Zygote:
         if self.process.stdout is not None:
             self.process.stdout.close()
         shutil.rmtree(self.home, ignore_errors=True)
-
-    def __enter__(self) -> Zygote:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class _Server:

@@ -30,9 +30,18 @@ from folder_reports import PATTERN, REPORTER
 import labkit.checks
 from labkit.checks import CHECK_IDS
 from labkit.grading.isolation import choose
-from labkit.grading.notebook_grader import UPLOAD_HINT, _Progress, grade_notebook_parts
+from labkit.grading.notebook_grader import (
+    CLASS_RUNNERS,
+    NOTEBOOK_LIMITS,
+    RUNNERS,
+    UPLOAD_HINT,
+    _Progress,
+    _run_once,
+    grade_notebook_parts,
+)
 from labkit.grading.notebook_parts import (
     CourseNotebook,
+    NotebookRun,
     course_notebooks,
     learner_run,
     notebook_cells,
@@ -578,3 +587,16 @@ def test_the_runners_share_one_queue_each_notebook_runs_once_and_a_long_one_hold
     ran = sorted(name for names in done.values() for name in names)
     assert ran == sorted(run["notebook"] for run in runs), done
     assert ["long"] in done.values(), done  # the runner that took it took nothing else
+
+
+@pytest.mark.sockets
+def test_in_a_class_graded_at_once_a_learners_notebooks_share_fewer_runners(
+    tmp_path: Path, zygote: str
+) -> None:
+    (tmp_path / "learner" / "notebooks").mkdir(parents=True)
+    runs = [NotebookRun(f"nb{n}", (("check", "x = 1"),)) for n in range(4)]
+    isolation = choose(NOTEBOOK_LIMITS)
+    outcome = _run_once(runs, tmp_path, isolation, 60.0, 60.0, zygote)
+    assert len(outcome.progress) == CLASS_RUNNERS < RUNNERS
+    assert outcome.done == {"nb0", "nb1", "nb2", "nb3"}
+    assert outcome.stopped is None
