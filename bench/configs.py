@@ -390,6 +390,18 @@ CONFIGS: tuple[Config, ...] = (
         "bench.proxies.httpx_sharded:app",
     ),
     Config(
+        "httpx-floor",
+        "uvicorn",
+        "the least a relay on httpx + Starlette costs: raw bytes on, none of the lessons' parts",
+        "bench.proxies.httpx_floor:app",
+    ),
+    Config(
+        "httpx-pool-counted",
+        "uvicorn",
+        "the reference, its httpcore pool's passes and retries counted a second in $POOL_COUNTS",
+        "bench.proxies.httpx_pool_counted:app",
+    ),
+    Config(
         "httpx2",
         "uvicorn",
         "reference relay on httpx2, default limits",

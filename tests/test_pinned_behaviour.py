@@ -63,3 +63,47 @@ def test_httpx_pool_closes_a_finished_connection_once_it_holds_more_than_the_kee
 
         counts = asyncio.run(connections_before_and_after_one_of_five_streams_ends())
     assert counts == (5, kept)
+
+
+@pytest.mark.sockets
+def test_httpx_pool_hands_one_idle_connection_to_every_request_waiting_for_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # docs/known-limits.md, "httpx's pool makes streams wait for seconds under churn": httpcore
+    # 1.0.9 assigns an idle connection to every request queued in one pass of its pool, and the
+    # connection stays idle until the first of them sends on it, so each of the others gets
+    # ConnectionNotAvailable and passes over the whole pool again. At 100 steady streams that
+    # storm held new streams for 3 to 7 s before any byte went upstream (docs/measurements.md,
+    # "The relay's floor on its own libraries, and the pool's storm"). httpcore2 (httpx2) keeps
+    # an assigned idle connection for its request; when this fails after an upgrade, the
+    # reference's pool no longer storms: measure the relay again.
+    from httpcore._async.connection_pool import AsyncPoolRequest
+
+    retries: list[object] = []
+    clear = AsyncPoolRequest.clear_connection
+
+    def counted(self: AsyncPoolRequest) -> None:
+        retries.append(self)
+        clear(self)
+
+    monkeypatch.setattr(AsyncPoolRequest, "clear_connection", counted)
+    body = {"model": "m", "stream": True, "mock": {"ttft_ms": 0, "tps": 1000, "tokens": 2}}
+    with serve(create_app(), name="pinned-pool-storm-mock") as mock:
+
+        async def four_requests_beside_one_idle_connection() -> int:
+            async with httpx.AsyncClient(base_url=mock.url) as client:
+                request = client.build_request("POST", "/v1/chat/completions", json=body)
+                first = await client.send(request, stream=True)
+                await first.aread()  # its connection is idle in the pool now
+                await first.aclose()
+                responses = await asyncio.gather(
+                    *(client.send(request, stream=True) for _ in range(4))
+                )
+                open_now = len(client._transport._pool.connections)  # type: ignore[attr-defined]
+                for response in responses:
+                    await response.aclose()
+                return open_now
+
+        connections = asyncio.run(four_requests_beside_one_idle_connection())
+    assert connections == 4  # the idle one and three new: every request got one in the end
+    assert len(retries) >= 1, "no request was sent back to the pool: the storm is gone"

@@ -230,6 +230,31 @@ def test_loadgen_measures_a_small_steady_run_against_the_mock() -> None:
 
 @pytest.mark.slow
 @pytest.mark.sockets
+def test_the_floor_and_the_counted_pool_relay_streams_and_the_counts_are_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts = tmp_path / "pool-counts.jsonl"
+    monkeypatch.setenv("POOL_COUNTS", str(counts))
+    known = {c.name: c for c in configs.CONFIGS}
+    mock = configs.start_mock(ttft_ms=0, tps=50.0, tokens=10)
+    try:
+        for name in ("httpx-floor", "httpx-pool-counted"):
+            server = known[name].start(mock)
+            try:
+                spec = runner.spec_for(server, "steady", streams=3, seconds=1.5, stagger_s=0.1)
+                result = runner.loadgen(spec, timeout=30)
+            finally:
+                server.stop()
+            assert result["failed"] == 0, (name, result["errors"])
+            assert result["completed"] >= 3 and result["events"] >= 3 * 10, name
+    finally:
+        mock.stop()
+    seconds = [json.loads(line) for line in counts.read_text().splitlines()]
+    assert sum(second["passes"] for second in seconds) >= 3  # at least one pass a request
+
+
+@pytest.mark.slow
+@pytest.mark.sockets
 def test_a_staggered_burst_counts_tokens_and_measures_interval_errors() -> None:
     mock = configs.start_mock(ttft_ms=0, tps=20.0, tokens=10)
     try:
