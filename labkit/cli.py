@@ -386,7 +386,13 @@ def _run_grade_class(args: argparse.Namespace) -> int:
         )
 
     reports = grade_many(
-        submissions, rubric, rubric_path=args.rubric, jobs=jobs, only=args.only, on_done=progress
+        submissions,
+        rubric,
+        rubric_path=args.rubric,
+        jobs=jobs,
+        only=args.only,
+        on_done=progress,
+        on_note=lambda text: print(text, file=sys.stderr, flush=True),
     )
     sources = {s.learner: s.path.read_text(encoding="utf-8", errors="replace") for s in submissions}
     written = write_results(

@@ -274,15 +274,17 @@ def grade_many(
     jobs: int | None = None,
     only: Sequence[str] | None = None,
     on_done: Callable[[int, SubmissionReport], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> list[SubmissionReport]:
     """Grade every submission, ``jobs`` at a time; reports in the submissions' order.
 
-    ``on_done(n, report)`` is called as each finishes (n counts from 1), for progress.
+    ``on_done(n, report)`` is called as each finishes (n counts from 1), for progress;
+    ``on_note(text)`` with what the instructor should know about how the class is graded.
     """
     reports: dict[int, SubmissionReport] = {}
     budget = Budget.here()  # read once: every worker's time limit is set for this machine
     with contextlib.ExitStack() as stack:
-        zygote = _zygote(submissions, budget)
+        zygote = _zygote(submissions, budget, on_note or (lambda _: None))
         if zygote is not None:
             stack.callback(zygote.stop)
         path = zygote.path if zygote is not None else None
@@ -307,10 +309,13 @@ def grade_many(
     return [reports[i] for i in range(len(submissions))]
 
 
-def _zygote(submissions: Sequence[Submission], budget: Budget) -> Zygote | None:
+def _zygote(
+    submissions: Sequence[Submission], budget: Budget, note: Callable[[str], None]
+) -> Zygote | None:
     """One pre-imported parent for every learner's notebook runner (``labkit.grading.zygote``)
     when notebooks are graded and a forked child can be sandboxed here; else ``None``, and each
-    worker starts its runners through ``bwrap`` as one learner's grading does."""
+    worker starts its runners through ``bwrap`` as one learner's grading does. Where the
+    sandbox is bubblewrap's and the zygote still cannot start, ``note`` is told why."""
     if len(submissions) < 2 or not any(s.parts for s in submissions):
         return None
     from labkit.grading.isolation import choose
@@ -320,4 +325,11 @@ def _zygote(submissions: Sequence[Submission], budget: Budget) -> Zygote | None:
         return None
     env = clean_env(tempfile.gettempdir(), {"MPLBACKEND": "Agg"})
     started = Zygote.start(course_modules(course_dir()), env, budget.stretch(START_BUDGET_S))
-    return started if isinstance(started, Zygote) else None
+    if isinstance(started, Zygote):
+        return started
+    note(
+        f"Notebook parts: each learner's runner starts on its own through bwrap, because the "
+        f"class's shared, pre-imported runner could not start ({started}). The grades are the "
+        'same; the class takes longer (docs/instructors.md, "The in-notebook parts").'
+    )
+    return None
