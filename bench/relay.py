@@ -15,7 +15,9 @@ Each round measures, on one mock (first token at 20 ms, then 20 tokens a second,
 The direct path and the configurations take turns inside each round, so a machine that gets
 busier between rounds moves both. Issue 28's goals: at load the reference adds at most 2 ms to
 p50 and 20 ms to p99, three rounds in a row; one at a time at most 2 ms. Results go to
-``bench/results/relay-<time>.json``; the table is printed.
+``bench/results/relay-<time>.json``, with a figure beside it (``.png``: CPU per event and
+what each configuration adds, round by round); the table is printed. ``--plot RUN.json`` draws
+the figure of a saved run again.
 """
 
 from __future__ import annotations
@@ -110,6 +112,39 @@ def _print_round(number: int, row: dict[str, Any], chosen: list[configs.Config])
         )
 
 
+def plot(result: dict[str, Any], path: Path) -> Path:
+    """Two panels from a run's rounds: each configuration's CPU per event, and what it added to
+    TTFT p50 and p99 at load (log scale: a stalled round adds seconds), round by round."""
+    from matplotlib.figure import Figure  # a bare Figure draws with Agg, pyplot untouched
+
+    rounds = result["rounds"]
+    names = [n for n in rounds[0] if n not in ("load", "direct") and not n.endswith("_single")]
+    fig = Figure(figsize=(11, 4))
+    cpu, added = fig.subplots(1, 2)
+    width = 0.8 / len(rounds)
+    for number, row in enumerate(rounds):
+        xs = [x + number * width for x in range(len(names))]
+        label = f"round {number + 1}"
+        cpu.bar(xs, [row[n]["cpu_us_per_event"] for n in names], width, label=label)
+        for key, marker in (("p50_ms", "o"), ("p99_ms", "^")):
+            gains = [max(row[n][key] - row["direct"][key], 0.1) for n in names]
+            added.scatter(xs, gains, marker=marker, color=f"C{number}")
+    for ax in (cpu, added):
+        ax.set_xticks([x + width * (len(rounds) - 1) / 2 for x in range(len(names))], names)
+        ax.tick_params(axis="x", labelrotation=15)
+    cpu.set_ylabel("proxy CPU per SSE event (µs)")
+    cpu.set_title("CPU per event, each round")
+    cpu.legend(fontsize=8)
+    added.set_yscale("log")
+    added.axhline(GOALS["p50_added_ms"], color="grey", linestyle=":", linewidth=1)
+    added.axhline(GOALS["p99_added_ms"], color="grey", linestyle="--", linewidth=1)
+    added.set_ylabel("added TTFT at load (ms, log; ○ p50, △ p99)")
+    added.set_title("What each adds over direct (goals: dotted p50, dashed p99)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench relay", description=__doc__.split("\n")[0]
@@ -119,7 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--single-s", type=float, default=5.0)
+    parser.add_argument(
+        "--plot", metavar="JSON", type=Path, help="only draw the figure of a saved run, beside it"
+    )
     args = parser.parse_args(argv)
+    if args.plot is not None:
+        print(f"saved {plot(json.loads(args.plot.read_text()), args.plot.with_suffix('.png'))}")
+        return 0
     try:
         chosen = [c for c in configs.select(args.configs, False) if c.name != "direct"]
     except ValueError as exc:
@@ -134,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / time.strftime("relay-%Y%m%d-%H%M%S.json")
     path.write_text(json.dumps(result, indent=1))
-    print(f"saved {path}")
+    print(f"saved {path} and {plot(result, path.with_suffix('.png'))}")
     return 0
 
 

@@ -301,6 +301,22 @@ def test_the_relay_bench_measures_what_the_reference_adds_and_its_cpu_per_event(
         assert row[f"{path}_single"]["n"] >= 3, row
     assert row["reference"]["cpu_us_per_event"] > 0
     assert saved["goals"] == relay.GOALS
+    assert next(tmp_path.glob("relay-*.png")).stat().st_size > 10_000  # the figure, beside it
+
+
+def test_the_relay_figure_is_drawn_again_from_a_saved_run(tmp_path: Path) -> None:
+    at_load = {"p50_ms": 30.0, "p99_ms": 6000.0, "cpu_us_per_event": 900.0}
+    row = {
+        "load": 0.5,
+        "direct": {"p50_ms": 25.0, "p99_ms": 125.0, "cpu_us_per_event": 250.0},
+        "reference": at_load,
+        "direct_single": {"median_ms": 24.0, "n": 50},
+        "reference_single": {"median_ms": 27.0, "n": 50},
+    }
+    saved = tmp_path / "relay-run.json"
+    saved.write_text(json.dumps({"rounds": [row, row]}))
+    assert relay.main(["--plot", str(saved)]) == 0
+    assert saved.with_suffix(".png").stat().st_size > 10_000
 
 
 def test_the_relay_bench_refuses_a_configuration_it_cannot_run(
