@@ -25,17 +25,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from solutions.client_seam import upstream_url
-from solutions.proxy import CHAT_PATH, FORWARDED_HEADERS, UPSTREAM_CONNECTIONS, upstream_timeout
+from solutions.proxy import CHAT_PATH, FORWARDED_HEADERS, make_client
 
 
 @asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
-    limits = httpx.Limits(
-        max_connections=UPSTREAM_CONNECTIONS, max_keepalive_connections=UPSTREAM_CONNECTIONS
-    )
-    async with httpx.AsyncClient(
-        base_url=upstream_url(), timeout=upstream_timeout(), limits=limits
-    ) as client:
+    async with make_client(upstream_url()) as client:  # the reference's client, pool and all
         app.state.client = client
         yield
 

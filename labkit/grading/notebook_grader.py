@@ -91,10 +91,10 @@ START_BUDGET_S = 60.0  # the runner's imports, before its first notebook starts
 NICENESS = 10  # below the proxy's checks, which run beside the notebooks and are timed
 POLL_S = 0.1
 RUNNERS = 3  # notebooks graded side by side for one learner (forked after the imports)
-# In a class graded at once (a zygote), the workers keep the CPUs busy already, and every runner
-# a learner's notebooks add beside the class's timed proxy checks costs some learners a verdict
-# they earned: one runner, though the class may then wait on a learner's notebooks, which run one
-# after another (docs/measurements.md, issue 30).
+# In a class graded at once (a zygote), the workers keep the CPUs busy already, and three runners
+# a learner, started together beside the class's timed proxy checks, cost some learners a verdict
+# they earned: one runner, and the class's notebook-part lanes (``roster.PARTS_LANES_PER_JOB``)
+# keep several learners' notebooks going at once instead (docs/measurements.md, issue 30).
 CLASS_RUNNERS = 1
 # The notebooks serve the learner's proxy (two to four processes), nginx and a mock in one tree.
 NOTEBOOK_LIMITS = Limits(memory_bytes=1536 * MIB, processes=512)

@@ -4,7 +4,8 @@ Each submission is graded by ``python -m labkit.grading.worker`` in its own proc
 stripped environment and a hard time limit, so a submission that hangs, crashes or floods
 memory costs only its own slot. The worker prints one typed ``WorkerOutcome``: a report, or a
 setup error that becomes ``GradingError`` here. ``jobs`` workers run at once (default: the
-cores this process may use).
+cores this process may use); a class handing in notebooks also runs its learners' notebook
+parts in workers of their own, beside those (``grade_many``).
 
 Submissions are ``.py`` files, folders holding a ``proxy.py``, or ``.zip`` files holding one
 (the folder or zip names the learner); a folder given on the command line is searched one
@@ -26,9 +27,10 @@ import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from labkit.checks.catalogue import select
 from labkit.checks.machine import Budget, cpu_limit
@@ -50,6 +52,12 @@ __all__ = [
 ]
 
 WORKER_GRACE_S = 20.0  # on top of the rubric's submission limit: process start-up and cleanup
+# What one worker grades of a submission: everything, proxy.py's checks, or the notebook parts.
+# A class's notebook-part lanes per job: a learner's notebooks mostly wait on the servers they
+# start (about 5 s of CPU in 18 to 24 s), so as many lanes as the checks' leave the CPUs idle
+# and the class waits on its notebooks (docs/measurements.md, issue 30).
+PARTS_LANES_PER_JOB = 2
+Half = Literal["both", "proxy", "parts"]
 
 
 @dataclass(frozen=True)
@@ -176,13 +184,16 @@ def grade_in_worker(
     course: Path | None = None,
     budget: Budget | None = None,
     zygote: str | None = None,
+    half: Half = "both",
 ) -> SubmissionReport:
     """Grade one submission in a worker process (against the real engine at ``engine_url``,
     if given; its notebook parts, if it has them, by the course in ``course``, default
     ``notebook_grader.course_dir()``, their runner forked by the class's ``zygote`` if there
-    is one), stopped after the time ``budget``'s machine allows (default: this one's). Raises
-    ``GradingError`` on a setup failure."""
-    ids = select(only)
+    is one), stopped after the time ``budget``'s machine allows (default: this one's).
+    ``half`` grades only ``proxy.py``'s checks or only the notebook parts (a class grades
+    them in lanes of their own: ``grade_many``). Raises ``GradingError`` on a setup failure."""
+    ids = [] if half == "parts" else select(only)
+    parts = submission.parts and half != "proxy"
     machine = Budget.given_or_here(budget)
     command = [sys.executable, "-m", "labkit.grading.worker", str(submission.path.resolve())]
     command += ["--name", submission.learner]
@@ -192,9 +203,10 @@ def grade_in_worker(
         command += ["--only", *only]
     if engine_url is not None:
         command += ["--engine", engine_url]
-    limit = rubric.time_limit_s(ids, engine=engine_url is not None, budget=machine)
-    limit += WORKER_GRACE_S
-    if submission.parts:
+    limit = WORKER_GRACE_S
+    if ids:
+        limit += rubric.time_limit_s(ids, engine=engine_url is not None, budget=machine)
+    if parts:
         # imported here: IPython and nbformat only when notebooks are graded
         from labkit.grading.notebook_grader import course_dir, notebook_time_limit_s
 
@@ -204,6 +216,8 @@ def grade_in_worker(
             command += ["--notebooks", str(submission.notebooks.resolve())]
         if zygote is not None:
             command += ["--zygote", zygote]
+        if half == "parts":
+            command += ["--parts-only"]
         limit += notebook_time_limit_s(course, machine)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="labkit-worker-") as home:
@@ -225,7 +239,8 @@ def grade_in_worker(
                 "submission_timeout",
                 f"grading did not finish within {limit:g} s and was stopped.",
             )
-            return _failed(submission, rubric, ids, problem, time.monotonic() - started, course)
+            elapsed = time.monotonic() - started
+            return _failed(submission, rubric, ids, problem, elapsed, course, parts)
     try:
         outcome = WorkerOutcome.parse(out)
         if outcome.kind == "report":
@@ -237,7 +252,8 @@ def grade_in_worker(
             f"the grading worker ended without a report (exit status {process.returncode}).",
             tail,
         )
-        return _failed(submission, rubric, ids, problem, time.monotonic() - started, course)
+        elapsed = time.monotonic() - started
+        return _failed(submission, rubric, ids, problem, elapsed, course, parts)
     raise GradingError(outcome.error)  # "setup_error": the CLI prints it after "error: "
 
 
@@ -248,14 +264,18 @@ def _failed(
     problem: Problem,
     elapsed: float,
     course: Path | None = None,
+    parts: bool | None = None,
 ) -> SubmissionReport:
+    """``ids`` and (``parts``, default: the submission's) its notebook parts, each failed as
+    not run because of ``problem``."""
     from labkit.checks import CheckResult
 
     results = [
         CheckResult(i, False, "not run: grading was stopped", {}, "see the problem above.")
         for i in ids
     ]
-    if submission.parts:  # the parts too, so that every learner's total is out of the same
+    # the parts too: every learner's total is out of the same points
+    if submission.parts if parts is None else parts:
         from labkit.grading.notebook_grader import course_dir, not_graded
         from labkit.grading.notebook_parts import course_notebooks
 
@@ -278,35 +298,66 @@ def grade_many(
 ) -> list[SubmissionReport]:
     """Grade every submission, ``jobs`` at a time; reports in the submissions' order.
 
-    ``on_done(n, report)`` is called as each finishes (n counts from 1), for progress;
+    With a zygote (a class handing in notebooks, on a machine that can sandbox a forked
+    runner), each learner is graded in two halves, each in lanes of its own: ``proxy.py``'s
+    timed checks (``jobs`` lanes), and the notebook parts in their niced runner
+    (``PARTS_LANES_PER_JOB`` times as many). A learner's notebooks take longer than their
+    proxy's checks and mostly wait on the servers they start; in one lane the next learner's
+    checks would wait for them, and the CPUs idle.
+
+    ``on_done(n, report)`` is called as each learner finishes (n counts from 1), for progress;
     ``on_note(text)`` with what the instructor should know about how the class is graded.
     """
-    reports: dict[int, SubmissionReport] = {}
+    lanes = jobs or default_jobs()
     budget = Budget.here()  # read once: every worker's time limit is set for this machine
+    halves: dict[int, list[Future[SubmissionReport]]] = {}
+    reports: dict[int, SubmissionReport] = {}
     with contextlib.ExitStack() as stack:
         zygote = _zygote(submissions, budget, on_note or (lambda _: None))
         if zygote is not None:
             stack.callback(zygote.stop)
         path = zygote.path if zygote is not None else None
-        pool = stack.enter_context(ThreadPoolExecutor(max_workers=jobs or default_jobs()))
-        futures = {
-            pool.submit(
-                grade_in_worker,
-                s,
-                rubric,
-                rubric_path=rubric_path,
-                only=only,
-                budget=budget,
-                zygote=path,
-            ): i
-            for i, s in enumerate(submissions)
-        }
-        for done, future in enumerate(as_completed(futures), start=1):
-            report = future.result()
-            reports[futures[future]] = report
+        checks = stack.enter_context(ThreadPoolExecutor(lanes, "labkit-checks"))
+        parts = stack.enter_context(ThreadPoolExecutor(lanes * PARTS_LANES_PER_JOB, "labkit-parts"))
+        futures: dict[Future[SubmissionReport], int] = {}
+        for i, s in enumerate(submissions):
+            split = path is not None and s.parts
+            plan: list[tuple[ThreadPoolExecutor, Half]] = (
+                [(checks, "proxy"), (parts, "parts")] if split else [(checks, "both")]
+            )
+            halves[i] = []
+            for pool, half in plan:
+                future = pool.submit(
+                    grade_in_worker,
+                    s,
+                    rubric,
+                    rubric_path=rubric_path,
+                    only=only,
+                    budget=budget,
+                    zygote=path,
+                    half=half,
+                )
+                futures[future] = i
+                halves[i].append(future)
+        for future in as_completed(futures):
+            i = futures[future]
+            if i in reports or not all(half.done() for half in halves[i]):
+                continue
+            reports[i] = _joined([half.result() for half in halves[i]])
             if on_done is not None:
-                on_done(done, report)
+                on_done(len(reports), reports[i])
     return [reports[i] for i in range(len(submissions))]
+
+
+def _joined(halves: list[SubmissionReport]) -> SubmissionReport:
+    """One learner's report from the reports of their halves, in order (``proxy.py``'s checks,
+    then the notebook parts): every result, the first problem, the time both took."""
+    return replace(
+        halves[0],
+        results=[r for half in halves for r in half.results],
+        problem=next((h.problem for h in halves if h.problem is not None), None),
+        elapsed_s=sum(h.elapsed_s for h in halves),
+    )
 
 
 def _zygote(

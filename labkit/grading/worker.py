@@ -1,13 +1,14 @@
 """Grade one file in this process and print the outcome as JSON: ``labkit grade``'s worker.
 
 ``python -m labkit.grading.worker FILE [--name NAME] [--rubric TOML] [--only ID ...]
-[--engine URL] [--course DIR [--notebooks DIR] [--zygote SOCKET]]``
+[--engine URL] [--course DIR [--notebooks DIR] [--zygote SOCKET] [--parts-only]]``
 
 With ``--course`` (the instructor's notebooks) the learner's in-notebook parts are graded too,
 beside ``proxy.py``'s checks, from their notebooks in ``--notebooks`` (none given: they handed in
 ``proxy.py`` alone, and each part scores 0 saying what to upload); see
 ``labkit.grading.notebook_grader``. With ``--zygote`` (a class graded at once) their runner
-is forked by the class's pre-imported zygote (``labkit.grading.zygote``).
+is forked by the class's pre-imported zygote (``labkit.grading.zygote``); with ``--parts-only``
+the parts alone are graded (a class grades a learner's two halves in lanes of their own).
 
 The CLI starts it with a stripped environment (``sandbox.clean_env``), so the learner's proxy,
 which inherits this environment, never sees the instructor's secrets; and with a hard time
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from labkit.checks import CheckResult
 from labkit.checks.machine import Budget
 from labkit.errors import LabkitError
 from labkit.grading.grader import agrade_file
@@ -76,6 +78,10 @@ async def _grade(args: argparse.Namespace, rubric: Rubric, network: Network) -> 
     read here, sets the time limits of both."""
     started = time.monotonic()
     budget = Budget.here()
+    if args.parts_only:
+        parts = await _parts(args, budget)
+        name = args.name or Path(args.file).name
+        return SubmissionReport(name, args.file, parts, rubric, None, time.monotonic() - started)
     graded = agrade_file(
         args.file,
         rubric,
@@ -87,14 +93,18 @@ async def _grade(args: argparse.Namespace, rubric: Rubric, network: Network) -> 
     )
     if not args.course:
         return await graded
+    report, parts = await asyncio.gather(graded, _parts(args, budget))
+    return replace(report, results=[*report.results, *parts], elapsed_s=time.monotonic() - started)
+
+
+async def _parts(args: argparse.Namespace, budget: Budget) -> list[CheckResult]:
+    """The notebook parts' rows, graded in a thread: their runner is another process."""
     from labkit.grading.notebook_grader import notebook_rows  # IPython: only here
 
     notebooks = Path(args.notebooks) if args.notebooks else None
-    rows = asyncio.to_thread(
+    return await asyncio.to_thread(
         notebook_rows, Path(args.course), notebooks, Path(args.file), budget, args.zygote
     )
-    report, parts = await asyncio.gather(graded, rows)
-    return replace(report, results=[*report.results, *parts], elapsed_s=time.monotonic() - started)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,7 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--course", help="the instructor's notebooks: grade in-notebook parts")
     parser.add_argument("--notebooks", help="with --course: the learner's notebooks folder")
     parser.add_argument("--zygote", help="with --course: the class's zygote (its socket)")
+    parser.add_argument(
+        "--parts-only", action="store_true", help="with --course: grade only the notebook parts"
+    )
     args = parser.parse_args(argv)
+    if args.parts_only and not args.course:
+        parser.error("--parts-only grades the notebook parts: give --course DIR too")
     try:
         network = (
             Network(False, f"grading against the engine at {args.engine}, outside the grading")

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -29,6 +30,7 @@ from folder_reports import PATTERN, REPORTER
 
 import labkit.checks
 from labkit.checks import CHECK_IDS
+from labkit.grading import roster
 from labkit.grading.isolation import choose
 from labkit.grading.notebook_grader import (
     CLASS_RUNNERS,
@@ -564,6 +566,52 @@ def test_a_roster_entry_with_notebooks_is_graded_on_its_proxy_and_its_parts_in_o
     assert report.score == report.max_score == 100, report.to_json()
     assert report.points["trickle"] == 75 and report.points["nb13.location"] == 25 / len(PART_IDS)
     assert learner.is_dir()
+
+
+@pytest.mark.slow
+@pytest.mark.sockets
+def test_a_class_grades_each_learners_proxy_and_parts_in_lanes_of_their_own_then_joins_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if os.geteuid() != 0 or choose().kind != "bubblewrap":
+        pytest.skip("a class's zygote is for root with a sandbox")
+    for learner in ("ana", "bo"):  # two learners, each handing in 03 and 14 (fast to run)
+        (tmp_path / learner / "notebooks").mkdir(parents=True)
+        shutil.copyfile(REFERENCE, tmp_path / learner / "proxy.py")
+        for stem in ("03_gzip_buffering", "14_browser_chat"):
+            shutil.copyfile(
+                ROOT / "notebooks" / f"{stem}.ipynb",
+                tmp_path / learner / "notebooks" / f"{stem}.ipynb",
+            )
+    halves: list[tuple[str, str]] = []
+    original = roster.grade_in_worker
+
+    def recorded(submission: Submission, *args: Any, **kwargs: Any) -> SubmissionReport:
+        halves.append((submission.learner, kwargs["half"]))
+        return original(submission, *args, **kwargs)
+
+    monkeypatch.setattr(roster, "grade_in_worker", recorded)
+    reports = roster.grade_many(find_submissions([tmp_path]), Rubric(), only=["trickle"])
+    assert sorted(halves) == [("ana", "parts"), ("ana", "proxy"), ("bo", "parts"), ("bo", "proxy")]
+    for report in reports:
+        assert [r.id for r in report.results] == ["trickle", *PART_IDS]
+        passed = {r.id for r in report.results if r.passed}
+        assert passed == {"trickle", *(p for p in PART_IDS if p[:4] in ("nb03", "nb14"))}, report
+        assert report.problem is None and report.isolation, report.to_json()
+
+
+def test_a_learners_two_halves_join_in_one_report_with_the_first_problem() -> None:
+    proxy_half = SubmissionReport(
+        "ana", "ana/proxy.py", [labkit.checks.CheckResult("trickle", True, "ok")], Rubric()
+    )
+    proxy_half = replace(proxy_half, isolation="bubblewrap", elapsed_s=12.0)
+    stopped = Problem("submission_timeout", "grading did not finish within 400 s")
+    parts_half = _failed(Submission("ana", REFERENCE, None, parts=True), Rubric(), [], stopped, 400)
+    joined = roster._joined([proxy_half, parts_half])
+    assert [r.id for r in joined.results] == ["trickle", *PART_IDS]
+    assert joined.problem == stopped and joined.isolation == "bubblewrap"
+    assert joined.elapsed_s == 412.0
+    assert joined.points == Rubric().points(["trickle", *PART_IDS])
 
 
 @pytest.mark.sockets
