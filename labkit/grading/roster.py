@@ -52,11 +52,11 @@ __all__ = [
 ]
 
 WORKER_GRACE_S = 20.0  # on top of the rubric's submission limit: process start-up and cleanup
-# What one worker grades of a submission: everything, proxy.py's checks, or the notebook parts.
 # A class's notebook-part lanes per job: a learner's notebooks mostly wait on the servers they
 # start (about 5 s of CPU in 18 to 24 s), so as many lanes as the checks' leave the CPUs idle
 # and the class waits on its notebooks (docs/measurements.md, issue 30).
 PARTS_LANES_PER_JOB = 2
+# What one worker grades of a submission: everything, proxy.py's checks, or the notebook parts.
 Half = Literal["both", "proxy", "parts"]
 
 
