@@ -1,14 +1,15 @@
 """Grade a class with and without its notebooks: what the in-notebook parts add to a class's time.
 
     python -m bench.class_with_notebooks                 50 learners, proxy-only then with notebooks
-    python -m bench.class_with_notebooks --size 10 --runs 2
+    python -m bench.class_with_notebooks --size 10 --runs 2      one ABBA of 10 learners
 
 Every learner hands in the reference ``solutions/proxy.py``; in the *with notebooks* roster each
 is a folder holding it and a copy of the instructor's ``notebooks/`` (so every part runs to its
 verdict, the most the parts can cost), in the *proxy-only* roster a ``.py`` file. Both are graded
-by ``labkit grade-class`` with its default ``--jobs``, one after the other (proxy-only first),
-``--runs`` times; the wall times, the machine's busy CPU time, the load before and after each
-run and the ratio of the medians are printed and saved in
+by ``labkit grade-class`` with its default ``--jobs``, one after the other, ``--runs`` times,
+in ABBA order (proxy-only first in even runs, last in odd ones, so the machine's drift falls on
+both sides: ``--runs 2`` is one ABBA); the wall times, the machine's busy CPU time, the load
+before and after each run and the ratio of the medians are printed and saved in
 ``bench/results/class-with-notebooks-<time>.json``. Issue 30 asks for at most 1.5 times.
 """
 
@@ -92,7 +93,7 @@ def grade(submissions: Path, out: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.class_with_notebooks")
     parser.add_argument("--size", type=int, default=50, help="learners in the class")
-    parser.add_argument("--runs", type=int, default=1, help="pairs of gradings")
+    parser.add_argument("--runs", type=int, default=1, help="pairs of gradings, in ABBA order")
     args = parser.parse_args(argv)
     runs: list[dict[str, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory(prefix="class-with-notebooks-") as tmp:
@@ -102,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
             "with_notebooks": roster(work / "with-notebooks", args.size, notebooks=True),
         }
         for run in range(args.runs):
+            order = list(rosters.items()) if run % 2 == 0 else list(rosters.items())[::-1]
             pair = {
-                kind: grade(submissions, work / f"out-{kind}-{run}")
-                for kind, submissions in rosters.items()
+                kind: grade(submissions, work / f"out-{kind}-{run}") for kind, submissions in order
             }
             runs.append(pair)
             print(json.dumps(pair), flush=True)
