@@ -61,8 +61,7 @@ async def _write_every_second(path: str) -> None:
 
 @asynccontextmanager
 async def counted_client(upstream_url: str) -> AsyncIterator[UpstreamClient]:
-    pool = AsyncConnectionPool
-    pool._assign_requests_to_connections = _counted_assign  # type: ignore[method-assign]
+    AsyncConnectionPool._assign_requests_to_connections = _counted_assign  # type: ignore[method-assign]
     AsyncPoolRequest.clear_connection = _counted_clear  # type: ignore[method-assign]
     path = os.environ.get("POOL_COUNTS", "pool-counts.jsonl")
     writer = asyncio.create_task(_write_every_second(path))
