@@ -88,6 +88,7 @@ def test_concurrency_paces_its_streams_for_the_run_s_budget(
 
     monkeypatch.setattr(concurrency, "_measure", measure)
     ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9", budget=HALF)
+    monkeypatch.setattr(ctx.mock, "requests", list)  # no earlier burst: no wait before it
     with pytest.raises(Stop):
         asyncio.run(concurrency.check_concurrency(ctx))
     scenario = {k: v for k, v in bodies[0]["mock"].items() if k != "seed"}

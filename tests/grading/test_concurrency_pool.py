@@ -4,14 +4,19 @@ stream of the burst had ended there waited for a pool connection."""
 
 from __future__ import annotations
 
+import httpx
+import pytest
+
 from labkit.capture import Capture
 from labkit.checks.concurrency import (
     ENGINE_MAX_PROBE_S,
     HELD_SHARE,
+    IDLE_EXPIRY_S,
     IDLE_SHARE,
     MAX_PROBE_S,
     Measured,
     _judge,
+    idle_wait_s,
     reached_together,
 )
 from labkit.checks.context import Record
@@ -54,6 +59,18 @@ def test_an_earlier_attempt_and_a_request_that_never_arrived_are_not_late() -> N
     records = [record(100 + i, 10.0 + 0.1 * i, 14.0) for i in range(5)]
     records += [record(100, 2.0, 3.0)]
     assert reached_together(records, SEEDS, since=9.0) == (5, 0)
+
+
+def test_a_burst_after_another_waits_until_its_idle_connections_have_expired() -> None:
+    """An earlier attempt's streams ended at 14.0 and 14.5 (one never ended: it started at
+    14.9): a burst at 15.0 waits until 14.9 + IDLE_EXPIRY_S, when httpx's pool has closed them;
+    other checks' requests and a burst long past make it wait for nothing."""
+    earlier = [record(100, 10.0, 14.0), record(101, 10.1, 14.5), record(102, 14.9, None)]
+    assert idle_wait_s(earlier, SEEDS, now=15.0) == pytest.approx(14.9 + IDLE_EXPIRY_S - 15.0)
+    assert httpx.Limits().keepalive_expiry == 5.0 < IDLE_EXPIRY_S  # httpx's default expiry
+    assert idle_wait_s([record(999, 10.0, 14.9)], SEEDS, now=15.0) == 0.0
+    assert idle_wait_s(earlier, SEEDS, now=14.9 + IDLE_EXPIRY_S + 0.1) == 0.0
+    assert idle_wait_s([], SEEDS, now=15.0) == 0.0
 
 
 def measured(
