@@ -1,7 +1,9 @@
 """``minute_stream`` observes a real 67 s stream over sockets (its judge is tested in process in
 test_judges_minute_stream.py): the reference's heartbeats carry it through the client's idle
 limit, and a proxy without heartbeats loses the client at that limit. Both run at once, each on
-a mock of its own (the check finds its request by a fixed seed)."""
+a mock of its own (the check finds its request by a fixed seed). The mocks run in child
+processes: on threads of this process, beside ``make test``'s other workers, they once went
+unanswered for 15 s."""
 
 from __future__ import annotations
 
@@ -13,22 +15,20 @@ from grading_support import REFERENCE, write_variant
 
 from labkit.checks import run_checks
 from labkit.checks.result import CheckResult
-from labkit.servers import serve_subprocess, start_mock_upstream
+from labkit.servers import serve_subprocess
 
 
 def minute_stream_of(proxy_file: Path) -> CheckResult:
-    upstream = start_mock_upstream()
-    try:
-        with serve_subprocess(str(proxy_file), env={"UPSTREAM_URL": upstream.url}) as proxy:
-            [result] = run_checks(proxy.url, upstream_url=upstream.url, only=["minute_stream"])
-    finally:
-        upstream.stop()
+    with (
+        serve_subprocess("mock_upstream.served:app", name=f"mock-{proxy_file.stem}") as upstream,
+        serve_subprocess(str(proxy_file), env={"UPSTREAM_URL": upstream.url}) as proxy,
+    ):
+        [result] = run_checks(proxy.url, upstream_url=upstream.url, only=["minute_stream"])
     return result
 
 
 @pytest.mark.sockets
 @pytest.mark.slow
-@pytest.mark.heavy  # two minute-long gradings at once, their mocks on this process's threads
 @pytest.mark.timeout(200)
 def test_heartbeats_carry_a_minute_long_stream_and_their_absence_loses_it(
     tmp_path: Path,

@@ -47,7 +47,7 @@ CHOSEN = [
     "cancel_late",
     "no_cancel",
 ]
-JOBS = 2  # two cgroups of half a CPU each: one CPU of the machine's two
+JOBS = 4  # four cgroups of half a CPU each fill the machine's two, as containers fill a host
 
 
 @pytest.fixture(scope="module")
