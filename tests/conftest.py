@@ -49,6 +49,7 @@ def pytest_collection_modifyitems(
 ) -> Generator[None, None, None]:
     in_process.deselect_marked(config, items)
     workers.mark_heavy(items)
+    workers.slow_modules_first(items)
     yield
 
 

@@ -13,6 +13,10 @@ others: it starts the real engine (the ``engine`` fixture, or a test marked ``he
 engine decodes on both cores), grades several submissions at once, or grades inside CPU-limited
 cgroups. Those run after, in one process, one at a time (``-m heavy``).
 
+The modules that hold a ``slow`` test are dealt out first (``slow_modules_first``): xdist hands
+each worker the next module in collection order as it finishes one, so a minute-long module
+left to the end would keep one worker busy while the others idle.
+
 A test that fails in either pass runs once more, alone (``--last-failed`` in one process), and
 the pass fails only if it fails again (the Makefile's ``unit``; tests/test_make_unit.py). The
 timed checks are built so that right and wrong differ tenfold, but on a slow day of this
@@ -31,6 +35,7 @@ HEAVY_HELP = (
     'CPU-limited cgroups): `make test` runs these alone, after the others (-m "not heavy")'
 )
 ENGINE = "engine"  # tests/conftest.py's fixture: the real engine
+SLOW = "slow"
 
 
 def addmarker(config: pytest.Config) -> None:
@@ -43,3 +48,11 @@ def mark_heavy(items: list[pytest.Item]) -> None:
     for item in items:
         if ENGINE in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.heavy)
+
+
+def slow_modules_first(items: list[pytest.Item]) -> None:
+    """Reorder ``items`` in place: every module holding a ``slow`` test before the others, each
+    group in collection order and each module's tests in theirs (every worker collects the same
+    order, as xdist requires)."""
+    slow = {item.path for item in items if item.get_closest_marker(SLOW) is not None}
+    items.sort(key=lambda item: item.path not in slow)  # stable: False (slow) sorts first
