@@ -112,7 +112,7 @@ AGAIN_NOTE := unit: running the tests that failed above once more, alone (tests/
 pass = $(BIN)/pytest tests -m "$(1)" $(2) || { [ $$? -eq 1 ] && echo "$(AGAIN_NOTE)" && \
   $(BIN)/pytest tests -m "$(1)" --last-failed --last-failed-no-failures none; }
 unit: $(STAMP)
-	$(call pass,not heavy,-n 3 --dist loadfile --durations=20)
+	$(call pass,not heavy,-n 3 --dist loadfile --no-loadscope-reorder --durations=20)
 	$(call pass,heavy,--durations=20)
 
 # The notebooks on three workers, each notebook whole on one of them (--dist loadfile: its cells

@@ -13,9 +13,10 @@ others: it starts the real engine (the ``engine`` fixture, or a test marked ``he
 engine decodes on both cores), grades several submissions at once, or grades inside CPU-limited
 cgroups. Those run after, in one process, one at a time (``-m heavy``).
 
-The modules that hold a ``slow`` test are dealt out first (``slow_modules_first``): xdist hands
-each worker the next module in collection order as it finishes one, so a minute-long module
-left to the end would keep one worker busy while the others idle.
+The modules that hold a ``slow`` test are dealt out first (``slow_modules_first``, with
+``--no-loadscope-reorder``): xdist hands each worker the next module as it finishes one, and by
+default it orders the modules by how many tests they hold, which left the minute-long modules of
+one or two tests to the end, one worker busy with them while the others idled.
 
 A test that fails in either pass runs once more, alone (``--last-failed`` in one process), and
 the pass fails only if it fails again (the Makefile's ``unit``; tests/test_make_unit.py). The
