@@ -104,7 +104,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two passes (tests/workers.py): the light tests on three workers, then the heavy ones alone.
+# Two passes (tests/workers.py): the light tests on four workers, then the heavy ones alone.
 # A pass whose tests fail (pytest's exit code 1) runs those tests once more, in one process; the
 # pass fails if any fails again. Any other exit code (interrupted, no tests) fails at once.
 # $(call pass,MARKERS,OPTIONS): one pass, and its failed tests once more.
@@ -112,7 +112,7 @@ AGAIN_NOTE := unit: running the tests that failed above once more, alone (tests/
 pass = $(BIN)/pytest tests -m "$(1)" $(2) || { [ $$? -eq 1 ] && echo "$(AGAIN_NOTE)" && \
   $(BIN)/pytest tests -m "$(1)" --last-failed --last-failed-no-failures none; }
 unit: $(STAMP)
-	$(call pass,not heavy,-n 3 --dist loadfile --no-loadscope-reorder --durations=20)
+	$(call pass,not heavy,-n 4 --dist loadfile --no-loadscope-reorder --durations=20)
 	$(call pass,heavy,--durations=20)
 
 # The notebooks on three workers, each notebook whole on one of them (--dist loadfile: its cells

@@ -1,21 +1,24 @@
 """``--profile gateway``: the slow case only a deployed gateway meets (``minute_stream``, a
 stream of over a minute with 50 s of upstream silence, read by a client that hangs up after
-30 s of idle), off by default and judged like every other check."""
+30 s of idle), off by default and judged like every other check. Its judge is tested in process
+in test_judges_minute_stream.py; here it observes real minute-long streams over sockets, all at
+once, each proxy on a mock of its own in a child process."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 
 import pytest
+from grading_support import write_variant
 
-from labkit import serve, serve_subprocess
+from labkit import serve_subprocess
 from labkit.checks import CHECK_IDS, CheckResult, arun_checks
 from labkit.checks.catalogue import ALL_IDS, lanes_for, select
 from labkit.cli import main
 from labkit.grading.rubric import Rubric
-from mock_upstream import create_app
 
 
 def test_the_lab_profile_is_the_default_and_the_gateway_profile_adds_the_slow_case() -> None:
@@ -43,27 +46,31 @@ def test_a_class_is_not_graded_on_the_gateway_profile(capsys: pytest.CaptureFixt
     assert "labkit grade-class: error: unrecognized arguments: --profile" in capsys.readouterr().err
 
 
-# The reference, and two ways a gateway loses a long, mostly silent stream (the reference's own
-# settings, from its environment): heartbeats rarer than the client's idle limit, and an
-# upstream read timeout shorter than the model's silence.
-VARIANTS = {
+# The reference, and three ways a gateway loses a long, mostly silent stream: two through the
+# reference's own settings, from its environment (heartbeats rarer than the client's idle limit,
+# an upstream read timeout shorter than the model's silence), and the broken proxy with no
+# heartbeats at all.
+SETTINGS = {
     "reference": {},
     "heartbeat_every_40s": {"HEARTBEAT_S": "40"},
     "upstream_idle_20s": {"UPSTREAM_IDLE_S": "20"},
 }
+BROKEN = ["no_heartbeat"]
 
 
 @pytest.fixture
-def minute_stream_results() -> Iterator[dict[str, CheckResult]]:
+def minute_stream_results(tmp_path: Path) -> Iterator[dict[str, CheckResult]]:
+    proxies = {name: ("solutions.proxy:app", env) for name, env in SETTINGS.items()}
+    proxies |= {name: (str(write_variant(name, tmp_path)), {}) for name in BROKEN}
     with ExitStack() as stack:
         targets: dict[str, tuple[str, str]] = {}
-        for name, env in VARIANTS.items():
-            mock = stack.enter_context(serve(create_app(), name=f"minute-mock-{name}"))
+        for name, (target, env) in proxies.items():
+            mock = stack.enter_context(
+                serve_subprocess("mock_upstream.served:app", name=f"minute-mock-{name}")
+            )
             proxy = stack.enter_context(
                 serve_subprocess(
-                    "solutions.proxy:app",
-                    name=f"minute-proxy-{name}",
-                    env={"UPSTREAM_URL": mock.url, **env},
+                    target, name=f"minute-proxy-{name}", env={"UPSTREAM_URL": mock.url, **env}
                 )
             )
             targets[name] = (proxy.url, mock.url)
@@ -100,6 +107,11 @@ def test_minute_stream_passes_the_reference_and_fails_each_way_of_losing_it(
     ), shown
     assert rare.hint.startswith("07_heartbeats_and_timeouts: "), shown
     assert rare.evidence["longest_gap_between_bytes_ms"] >= 30_000, shown
+
+    silent = results["no_heartbeat"]
+    assert silent.verdict == rare.verdict, shown
+    assert str(silent.evidence["transport_error"]).startswith("ReadTimeout"), shown
+    assert silent.evidence["tokens_received"] < 64, shown
 
     impatient = results["upstream_idle_20s"]
     assert impatient.status == "failed", shown

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -55,17 +56,40 @@ def _as_expected(report: SubmissionReport) -> bool:
     return _failed(report) == _expected(report.name) and report.problem is None
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)  # a hang guard: 21 gradings, JOBS at a time
-@pytest.mark.heavy
-@pytest.mark.sockets
-def test_verdict_table(tmp_path: Path) -> None:
-    submissions = [
+@dataclass(frozen=True)
+class Graded:
+    """Both tables' submissions and their reports, graded in one class: the stubbed regions fill
+    the lanes the verdict table's last gradings leave idle."""
+
+    verdict: list[Submission]
+    verdict_reports: list[SubmissionReport]
+    regions: list[Submission]
+    region_reports: list[SubmissionReport]
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
+    folder = tmp_path_factory.mktemp("graded")
+    verdict = [
         Submission("reference", REFERENCE),
         Submission("aiohttp-reference", Path(solutions.aiohttp_proxy.__file__)),
     ]
-    submissions += [Submission(name, write_variant(name, tmp_path)) for name in VARIANTS]
-    reports = grade_many(submissions, Rubric(), jobs=JOBS)
+    verdict += [Submission(name, write_variant(name, folder)) for name in VARIANTS]
+    regions = []
+    for function in region_functions():
+        path = folder / f"stubbed_{function}.py"
+        path.write_text(stubbed_one_region(function), encoding="utf-8")
+        regions.append(Submission(function, path))
+    reports = grade_many([*verdict, *regions], Rubric(), jobs=JOBS)
+    return Graded(verdict, reports[: len(verdict)], regions, reports[len(verdict) :])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # a hang guard: 34 gradings, JOBS at a time, and some again alone
+@pytest.mark.heavy
+@pytest.mark.sockets
+def test_verdict_table(graded: Graded) -> None:
+    submissions, reports = graded.verdict, list(graded.verdict_reports)
     # Several gradings at a time keep the cores busy, and on a slow day a timed check has failed a
     # proxy whose bug lies elsewhere (docs/known-limits.md). As an instructor would, a submission
     # whose failures are not the expected ones is graded once more, alone; that grading counts,
@@ -96,21 +120,16 @@ def test_verdict_table(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(900)  # a hang guard: the class of both tables, if this test runs first
 @pytest.mark.heavy
 @pytest.mark.sockets
-def test_every_solution_region_carries_a_graded_property(tmp_path: Path) -> None:
+def test_every_solution_region_carries_a_graded_property(graded: Graded) -> None:
     """The second table: the reference with one solution region stubbed (as the learner bundle
     has it: the stand-in, or a raise) fails at least one check, and every check fails for at
     least one stubbed region. No region is dead weight; no check passes on given code alone."""
-    functions = region_functions()
+    functions = [s.learner for s in graded.regions]
     assert len(functions) == len(set(functions)), "one region per function"
-    submissions = []
-    for function in functions:
-        path = tmp_path / f"{function}.py"
-        path.write_text(stubbed_one_region(function), encoding="utf-8")
-        submissions.append(Submission(function, path))
-    reports = grade_many(submissions, Rubric(), jobs=JOBS)
+    reports = graded.region_reports
 
     table, dead = [], []
     caught: set[str] = set()
