@@ -98,7 +98,9 @@ def test_minute_stream_passes_the_reference_and_fails_each_way_of_losing_it(
         "client"
     ), shown
     assert reference.evidence["client_total_ms"] > 60_000, shown
-    assert reference.evidence["tokens_received"] == 64, shown
+    assert reference.evidence["tokens_received"] == reference.evidence["upstream_tokens"] == 64, (
+        shown
+    )
 
     rare = results["heartbeat_every_40s"]
     assert rare.status == "failed", shown
