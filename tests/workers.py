@@ -3,11 +3,11 @@ heavy ones alone.
 
 Most socket tests wait: on streams paced at tens of tokens a second, on a silence a check must
 see, on a minute-long stream. Four pytest-xdist workers (``-m "not heavy" -n 4 --dist
-loadfile``) kept this two-core machine 1.65 CPUs busy on average, and finish the tests in a
-fraction of the time one process takes. ``loadfile`` keeps a module's tests on one worker, so a
-module-scoped fixture (a mock, a built bundle, the fault matrix) starts once. (``--dist
-loadgroup`` would need ``xdist_group`` names, which pytest-xdist 3.8 cannot attach to pytest 9's
-node ids: it silently ignores them.)
+loadfile``) still leave this two-core machine some idle time, and finish the tests in a
+fraction of the time one process takes (docs/measurements.md). ``loadfile`` keeps a module's
+tests on one worker, so a module-scoped fixture (a mock, a built bundle, the fault matrix)
+starts once. (``--dist loadgroup`` would need ``xdist_group`` names, which pytest-xdist 3.8
+cannot attach to pytest 9's node ids: it silently ignores them.)
 
 A *heavy* test keeps this two-core machine busy on its own, and its timing would suffer beside
 others: it starts the real engine (the ``engine`` fixture, or a test marked ``heavy``: the

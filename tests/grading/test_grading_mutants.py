@@ -26,8 +26,8 @@ from labkit.grading.report import SubmissionReport
 from labkit.grading.roster import Submission, default_jobs, grade_many
 from labkit.grading.rubric import Rubric
 
-# A grading spends about half its time waiting on paced streams (8 s of CPU in a 14 s grading of
-# the reference here), so one more grading than the machine has CPUs keeps them busier.
+# A grading spends about half its time waiting on paced streams, so one more grading than the
+# machine has CPUs keeps them busier (docs/measurements.md, "make test in 15 minutes").
 JOBS = default_jobs() + 1
 
 
