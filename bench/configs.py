@@ -402,6 +402,19 @@ CONFIGS: tuple[Config, ...] = (
         "bench.proxies.httpx_pool_counted:app",
     ),
     Config(
+        "httpx-aiohttp",
+        "uvicorn",
+        "reference relay on httpx, aiohttp's transport under it (httpx-aiohttp)",
+        "bench.proxies.httpx_over_aiohttp:app",
+    ),
+    Config(
+        "httpx-aiohttp-uvloop",
+        "uvicorn",
+        "reference relay on httpx over aiohttp's transport, on uvloop + httptools",
+        "bench.proxies.httpx_over_aiohttp:app",
+        fast_loop=True,
+    ),
+    Config(
         "httpx2",
         "uvicorn",
         "reference relay on httpx2, default limits",

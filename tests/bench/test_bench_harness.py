@@ -230,7 +230,7 @@ def test_loadgen_measures_a_small_steady_run_against_the_mock() -> None:
 
 @pytest.mark.slow
 @pytest.mark.sockets
-def test_the_floor_and_the_counted_pool_relay_streams_and_the_counts_are_written(
+def test_the_bench_relays_stream_and_the_pool_counts_are_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     counts = tmp_path / "pool-counts.jsonl"
@@ -238,7 +238,7 @@ def test_the_floor_and_the_counted_pool_relay_streams_and_the_counts_are_written
     known = {c.name: c for c in configs.CONFIGS}
     mock = configs.start_mock(ttft_ms=0, tps=50.0, tokens=10)
     try:
-        for name in ("httpx-floor", "httpx-pool-counted"):
+        for name in ("httpx-floor", "httpx-pool-counted", "httpx-aiohttp"):
             server = known[name].start(mock)
             try:
                 spec = runner.spec_for(server, "steady", streams=3, seconds=1.5, stagger_s=0.1)
