@@ -71,8 +71,11 @@ def _hostile():
         seen["debug"] = type(exc).__name__
     try:
         with _socket.create_connection(("127.0.0.1", PORT), timeout=2) as host:
-            host.sendall(b'{"reached": true}')
-        seen["host_port"] = "reached"
+            if host.getsockname() == host.getpeername():
+                seen["host_port"] = "itself"  # TCP's self-connect, below
+            else:
+                host.sendall(b'{"reached": true}')
+                seen["host_port"] = "reached"
     except OSError as exc:
         seen["host_port"] = type(exc).__name__
     _subprocess.Popen(DAEMON, start_new_session=True, stdout=_subprocess.DEVNULL,
@@ -140,7 +143,12 @@ def test_hostile_acts_are_stopped_and_the_honest_classmate_is_unaffected(
         assert seen["planted"] in ("PermissionError", "OSError"), seen
         assert seen["found"] == [], f"a classmate's submission was readable: {seen['found']}"
         assert seen["debug"] == 403, f"the mock's books answered the submission: {seen}"
-        assert seen["host_port"] == "ConnectionRefusedError", seen
+        # With nothing listening on PORT in the grading's namespace, a connection is refused,
+        # except about once in 28,000 tries: the kernel picks PORT itself as the socket's
+        # ephemeral source port and the socket connects to itself (TCP's self-connect, seen
+        # once in a CI run and 2 times in 60,000 tries in a fresh namespace). That reaches
+        # nothing outside the grading.
+        assert seen["host_port"] in ("ConnectionRefusedError", "itself"), seen
     assert reached == [], "learner code reached a port on the machine's own loopback"
     assert not PLANTED.exists()
     assert _daemons() == before, "a daemon the submission started outlived its grading"

@@ -48,8 +48,11 @@ BEFORE
 got = network.enter_own_namespace()
 try:
     with socket.create_connection(("127.0.0.1", PORT), timeout=2) as out:
-        out.sendall(b'{"reached": true}')
-    reached = True
+        # a socket connected to itself (TCP's self-connect, test_hostile_submissions.py) has
+        # reached nothing
+        reached = out.getsockname() != out.getpeername()
+        if reached:
+            out.sendall(b'{"reached": true}')
 except OSError:
     reached = False
 own = socket.create_server(("127.0.0.1", 0))
@@ -216,3 +219,43 @@ def test_grading_a_url_or_in_process_says_the_network_was_shared(tmp_path: Path)
         "shared (graded in the caller's own process; `labkit grade` gives each grading a "
         "network namespace of its own)"
     )
+
+
+# In a grading's namespace, try a port nothing listens on until a socket connects anyway.
+SELF_CONNECT = """
+import importlib.util, json, socket, sys
+spec = importlib.util.spec_from_file_location("network", ROOT + "/labkit/grading/network.py")
+network = sys.modules["network"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(network)
+assert network.enter_own_namespace().isolated
+port = 45000  # inside the ephemeral range, where the kernel picks a socket's own port
+seen = None
+for attempt in range(1, 200_001):
+    out = socket.socket()
+    try:
+        out.connect(("127.0.0.1", port))
+        seen = {"attempt": attempt, "own": out.getsockname(), "peer": out.getpeername()}
+        break
+    except ConnectionRefusedError:
+        pass
+    finally:
+        out.close()
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.usefixtures("namespace_here")
+@pytest.mark.sockets
+def test_a_port_nothing_listens_on_is_refused_except_when_a_socket_connects_to_itself() -> None:
+    """Why the hostile submission's probe of the machine's port may come back connected: with
+    nothing listening on a port in the ephemeral range, once the kernel gives a connecting
+    socket that very port as its own, the socket connects to itself (TCP's simultaneous open).
+    About once in 28,000 tries here; it reaches nothing outside the namespace."""
+    script = SELF_CONNECT.replace("ROOT", repr(str(ROOT)))
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd="/", timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen is not None, "200,000 tries and never a self-connect: the allowance can go"
+    assert seen["own"] == seen["peer"] == ["127.0.0.1", 45000], seen
