@@ -49,7 +49,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def stderr_of(outputs: list[Any] | None) -> str:
     """The text of a cell's stderr stream outputs, as the kernel sent them."""
     return "".join(
-        "".join(out.get("text", ""))
+        out.get("text", "")
         for out in outputs or []
         if out.get("output_type") == "stream" and out.get("name") == "stderr"
     )
