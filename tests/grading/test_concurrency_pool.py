@@ -138,6 +138,27 @@ def test_one_probe_held_for_most_of_the_run_is_a_blocked_loop() -> None:
     assert result.verdict.startswith("the proxy stops answering while it waits on the upstream")
 
 
+def test_two_probes_held_one_after_the_other_for_most_of_the_run_are_a_blocked_loop() -> None:
+    """On the engine the blocking proxy sometimes lets go of its loop for a moment mid-run: the
+    held probe returns and the next one is held in turn. Seen in the nineteenth session: 2,927
+    and 2,999 ms of 6,555 ms (and 4,514 and 1,516 of 6,641), each under three quarters of the
+    run, together 90 % of it; one grading in four or five came out inconclusive that way."""
+    done = [Capture("http://proxy", terminal="done", total_time=6.5)] * 4
+    engine = Measured(4, done, [0.001] * 5, [0.016, 2.927, 2.999, 0.037, 0.035], 6.555)
+    result = _judge(engine, ENGINE_MAX_PROBE_S)
+    assert result.outcome == "failed"
+    assert result.verdict.startswith("the proxy stops answering while it waits on the upstream")
+
+
+def test_probes_under_the_limit_count_nothing_toward_the_held_share() -> None:
+    """Only probes over the limit are held: a correct proxy's many fast probes add up to much
+    of a run without being a block."""
+    done = [Capture("http://proxy", terminal="done", total_time=6.5)] * 4
+    fast = [0.06] * 60  # 3.6 s of a 5 s run, each under the limit (and the 75 ms median line)
+    slow_once = Measured(4, done, [0.001] * 5, [*fast, ENGINE_MAX_PROBE_S + 0.1], 5.0)
+    assert _judge(slow_once, ENGINE_MAX_PROBE_S).outcome == "inconclusive"
+
+
 def test_the_held_share_is_three_quarters_of_the_experiment() -> None:
     elapsed = measured(6).elapsed
 
