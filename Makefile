@@ -116,9 +116,9 @@ unit: $(STAMP)
 	$(call pass,heavy,--durations=20)
 
 # The notebooks on three workers, each notebook whole on one of them (--dist loadfile: its cells
-# in order on one kernel). They mostly wait on the streams they pace: about 100 s of CPU whether
-# they run one after another (252 s) or three at once (105 s, each notebook as long as alone);
-# four at once stretched two past the 30 s goal (docs/measurements.md).
+# in order on one kernel). They mostly wait on the streams they pace, so three at once each take
+# about as long as alone; four at once stretched two past the 30 s goal (docs/measurements.md,
+# "`make test` in 15 minutes").
 NBVAL_WORKERS := 3
 nbval: $(STAMP)
 ifneq ($(NOTEBOOKS),)

@@ -1,6 +1,7 @@
-"""Proxies built from the reference by small text patches (as ``broken/``) that show a behaviour a
-check must *describe*, not only pass or fail: each module in ``observed/`` has a docstring and
-``PATCHES`` (``(old, new)``; ``old`` must occur exactly once in the reference).
+"""Proxies built from the reference by small text patches (as ``broken/``) that are not broken:
+each shows a behaviour a check must *describe*, not only pass or fail, or is a change that must
+keep full marks. Each module in ``observed/`` has a docstring and ``PATCHES`` (``(old, new)``;
+``old`` must occur exactly once in the reference).
 
 They are kept out of ``broken/``, whose every file the verdict table grades whole.
 """

@@ -19,6 +19,7 @@ from grading_support import (
     stubbed_one_region,
     write_variant,
 )
+from observed_proxies import write_observed
 
 import solutions.aiohttp_proxy
 from labkit.checks import CHECK_IDS
@@ -42,27 +43,6 @@ def test_every_broken_proxy_is_still_a_small_edit_of_the_reference() -> None:
 
 
 REFERENCES = {"reference", "aiohttp-reference", "over-aiohttp"}
-
-# Notebook 02 says this change alone keeps full marks: the reference's httpx code with aiohttp's
-# connector under the client (the httpx-aiohttp package).
-HTTPX_POOL = (
-    "    return httpx.AsyncClient(base_url=upstream_url, timeout=upstream_timeout(), limits=limits)"
-)
-AIOHTTP_TRANSPORT = """    from httpx_aiohttp import AiohttpTransport
-
-    transport = AiohttpTransport(limits=limits)
-    return httpx.AsyncClient(
-        base_url=upstream_url, timeout=upstream_timeout(), transport=transport
-    )"""
-
-
-def over_aiohttp(folder: Path) -> Path:
-    """The reference with its client's transport swapped for aiohttp's, and nothing else."""
-    source = REFERENCE.read_text()
-    assert source.count(HTTPX_POOL) == 1, "make_client no longer builds the client this way"
-    path = folder / "over_aiohttp.py"
-    path.write_text(source.replace(HTTPX_POOL, AIOHTTP_TRANSPORT), encoding="utf-8")
-    return path
 
 
 def _expected(name: str) -> set[str]:
@@ -94,7 +74,8 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> Graded:
     verdict = [
         Submission("reference", REFERENCE),
         Submission("aiohttp-reference", Path(solutions.aiohttp_proxy.__file__)),
-        Submission("over-aiohttp", over_aiohttp(folder)),
+        # notebook 02 says this one-line change of the client keeps full marks
+        Submission("over-aiohttp", write_observed("over_aiohttp", folder)),
     ]
     verdict += [Submission(name, write_variant(name, folder)) for name in VARIANTS]
     regions = []

@@ -144,9 +144,8 @@ def test_hostile_acts_are_stopped_and_the_honest_classmate_is_unaffected(
         assert seen["found"] == [], f"a classmate's submission was readable: {seen['found']}"
         assert seen["debug"] == 403, f"the mock's books answered the submission: {seen}"
         # With nothing listening on PORT in the grading's namespace, a connection is refused,
-        # except about once in 28,000 tries: the kernel picks PORT itself as the socket's
-        # ephemeral source port and the socket connects to itself (TCP's self-connect, seen
-        # once in a CI run and 2 times in 60,000 tries in a fresh namespace). That reaches
+        # except when the kernel picks PORT itself as the socket's own port and the socket
+        # connects to itself (TCP's self-connect: test_network_namespace.py). That reaches
         # nothing outside the grading.
         assert seen["host_port"] in ("ConnectionRefusedError", "itself"), seen
     assert reached == [], "learner code reached a port on the machine's own loopback"

@@ -36,15 +36,19 @@ except OSError:
     pass  # refused: the grading's own loopback has nothing on that port
 """
 
-# enter_own_namespace in a process of its own, loaded by path (it needs only labkit.errors), so
-# that it can also run as another user with the system's Python
-IN_A_CHILD = """
+# labkit.grading.network in a process of its own, loaded by path (it needs only labkit.errors),
+# so that it can also run as another user with the system's Python
+LOAD_NETWORK = """
 import importlib.util, json, os, socket, sys
 sys.path.insert(0, ROOT)
 spec = importlib.util.spec_from_file_location("network", ROOT + "/labkit/grading/network.py")
 network = sys.modules["network"] = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(network)
-BEFORE
+"""
+
+IN_A_CHILD = (
+    LOAD_NETWORK
+    + """BEFORE
 got = network.enter_own_namespace()
 try:
     with socket.create_connection(("127.0.0.1", PORT), timeout=2) as out:
@@ -60,6 +64,7 @@ socket.create_connection(own.getsockname(), timeout=2).close()
 print(json.dumps({"network": got.describe(), "interfaces": network.interfaces(),
                   "reached": reached, "uid": os.getuid()}))
 """
+)
 
 
 def with_probe(port: int) -> str:
@@ -222,12 +227,9 @@ def test_grading_a_url_or_in_process_says_the_network_was_shared(tmp_path: Path)
 
 
 # In a grading's namespace, try a port nothing listens on until a socket connects anyway.
-SELF_CONNECT = """
-import importlib.util, json, socket, sys
-spec = importlib.util.spec_from_file_location("network", ROOT + "/labkit/grading/network.py")
-network = sys.modules["network"] = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(network)
-assert network.enter_own_namespace().isolated
+SELF_CONNECT = (
+    LOAD_NETWORK
+    + """assert network.enter_own_namespace().isolated
 port = 45000  # inside the ephemeral range, where the kernel picks a socket's own port
 seen = None
 for attempt in range(1, 200_001):
@@ -242,6 +244,7 @@ for attempt in range(1, 200_001):
         out.close()
 print(json.dumps(seen))
 """
+)
 
 
 @pytest.mark.usefixtures("namespace_here")
