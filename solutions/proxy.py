@@ -10,12 +10,13 @@ cell, which writes it into this file (``%%proxy_part``). Which notebook, and wha
 
 * 02 ``make_client``, ``chat_completions``: forward each request with one async client;
 * 03 ``sse_events``: hand on each event the moment it is complete, never a batch;
-* 04 ``read_events``, ``relay``: the body owns the reader, so a client that leaves (even before
-  the first token) stops the upstream;
+* 04 ``while_connected``, ``read_events``, ``relay``: a client that leaves stops the upstream in
+  every window: while its request waits for the upstream's headers (the route watches it), and
+  once the body runs (the body owns the reader), before the first token and after;
 * 05 ``ask_for_usage``, ``pass_on``, ``log_usage``: ask for usage, take it from the stream,
   log it once with the outcome;
 * 06 ``error_event``, ``forward_whole``: failures after the 200 become error events; failures
-  before it keep their status and ``Retry-After``;
+  before it keep their status and ``Retry-After``; a whole answer's client that leaves is let go;
 * 07 ``upstream_timeout``, ``next_item``: no 5 s default, heartbeats, an idle deadline;
 * 10 ``make_queue``: a bounded queue, so a slow client cannot grow us, and a stall deadline, so
   a client that takes nothing is let go and the upstream's generation (and its bill) stops.
@@ -30,10 +31,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from fastapi import FastAPI, Request
@@ -66,6 +67,8 @@ READER_GRACE_S = 5.0
 # Larger request bodies get a 413: no lab prompt comes near this.
 MAX_BODY_BYTES = 1_000_000
 # Request headers passed on. The lab's mock upstream reads fault scenarios from the last one.
+# Not Accept-Encoding: httpx asks the upstream for the encodings it decodes, and hands us the
+# decoded body, whatever the client accepts.
 FORWARDED_HEADERS = ("authorization", "x-mock-scenario")
 
 HEARTBEAT = b": keep-alive\n\n"
@@ -87,6 +90,16 @@ class UpstreamFailed:
 
 
 Item = str | UpstreamFailed
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """Raised by ``while_connected`` when the client left before the work it watched was done."""
+
+
+def client_gone() -> Response:
+    """The answer to a client that has gone (nobody reads it; nginx logs 499 for this)."""
+    return Response(status_code=499)
 
 
 @dataclass
@@ -145,7 +158,7 @@ async def read_request(request: Request) -> dict[str, Any] | Response:
     try:
         content = await read_body(request)
     except ClientDisconnect:  # gone before its request was read: nothing to forward or log
-        return Response(status_code=499)
+        return client_gone()
     if content is None:
         return bad_request(f"the body is larger than {MAX_BODY_BYTES} bytes", 413)
     try:
@@ -234,14 +247,21 @@ async def chat_completions(request: Request) -> Response:
         "POST", CHAT_PATH, json=body, headers=upstream_headers(request)
     )
     try:
-        # Only the status line and headers: they arrive at once, before the first token.
-        upstream = await client.send(upstream_request, stream=True)
+        # Only the status line and headers, before the first token; but an engine whose slots
+        # are all busy sends none until one frees, so the client is watched meanwhile.
+        upstream = await while_connected(request, client.send(upstream_request, stream=True))
+    except ClientGone:  # left while the request waited: the upstream request was closed
+        log_usage(Usage(), "cancelled")
+        return client_gone()
     except httpx.HTTPError as exc:
         log_usage(Usage(), "error")
         message = f"the upstream is unreachable: {type(exc).__name__}"
         return JSONResponse(error_body(message, "upstream_error"), 502)
     if upstream.status_code >= 400 or not stream:
-        return await forward_whole(upstream)
+        try:
+            return await while_connected(request, forward_whole(upstream))
+        except ClientGone:  # forward_whole closed the upstream and logged it
+            return client_gone()
     return StreamingResponse(
         relay(upstream, client_wants_usage),
         media_type="text/event-stream",
@@ -271,7 +291,36 @@ async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[str]:
 
 
 # ---------------------------------------------------------------------------------------------
-# 04 · The body owns the reader: a client that leaves stops the upstream
+# 04 · A client that leaves stops the upstream: watched in the route, and by the body
+
+
+async def while_connected(request: Request, work: Awaitable[T]) -> T:
+    """What ``work`` returns, if it is done before the client leaves. If the client leaves first
+    (its ASGI ``receive`` says ``http.disconnect``), cancel ``work`` at once, let it finish
+    cancelling (an httpx request closes its connection, so the upstream sees the hang-up as if
+    from the client), and raise ``ClientGone``. Starlette watches the client only while it sends
+    a response body: this is the watch for what the route awaits before that."""
+    ### BEGIN SOLUTION
+    ### STAND-IN: return await work
+
+    async def disconnected() -> None:
+        # The body has been read, so the next message uvicorn gives is the disconnect.
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait((task,))  # its own cleanup (closing the upstream) runs to the end
+    if task.cancelled():
+        raise ClientGone()
+    return task.result()
+    ### END SOLUTION
 
 
 async def read_events(upstream: httpx.Response, queue: asyncio.Queue[Item]) -> None:
@@ -305,19 +354,25 @@ async def relay(upstream: httpx.Response, client_wants_usage: bool) -> AsyncIter
     reader = asyncio.create_task(read_events(upstream, queue))
     usage = Usage()
     outcome = "cancelled"  # stays so if the client leaves: Starlette cancels us at an await
+    clock = asyncio.get_running_loop().time
+    sent_at = clock()  # heartbeats count from the last bytes the client got, not the last item
     try:
         while True:
             item = await next_item(queue)
             if item is None:
                 yield HEARTBEAT
+                sent_at = clock()
                 continue
             if isinstance(item, UpstreamFailed):
                 outcome = "error"
                 yield error_event(item.message)
                 return
             send, ending = pass_on(item, usage, client_wants_usage)
+            if send is None and clock() - sent_at >= HEARTBEAT_S:
+                send = HEARTBEAT  # items we drop are no sign of life to the client
             if send is not None:
                 yield send
+                sent_at = clock()
             if ending is not None:
                 outcome = ending
                 return
@@ -349,9 +404,12 @@ def ask_for_usage(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
 
 def pass_on(event: str, usage: Usage, client_wants_usage: bool) -> tuple[bytes | None, str | None]:
     """What to send the client for one upstream event (None: nothing), and the outcome if the
-    stream ends with it (None: it goes on). Takes the id and the usage into ``usage``."""
+    stream ends with it (None: it goes on). Takes the id and the usage into ``usage``. An
+    upstream's comment goes on as it came: it keeps the client's connection busy."""
     ### BEGIN SOLUTION
     ### STAND-IN: return f"{event}\n\n".encode(), "completed" if "[DONE]" in event else None
+    if all(line.startswith(":") for line in event.split("\n")):
+        return f"{event}\n\n".encode(), None
     data = event_data(event)
     if data == "[DONE]":
         return DONE, "completed"
@@ -403,10 +461,15 @@ def error_event(message: str) -> bytes:
 
 async def forward_whole(upstream: httpx.Response) -> Response:
     """A unary answer or an error before the stream: read it whole and pass on its status, body,
-    media type and ``Retry-After``; log its usage once (``error`` for a status of 400 or more)."""
+    media type and ``Retry-After``; log its usage once (``error`` for a status of 400 or more).
+    If it is cancelled while it reads (the client left), close the upstream, log ``cancelled``
+    and let the cancellation go on."""
     ### BEGIN SOLUTION
     try:
-        content = await upstream.aread()
+        content = await upstream.aread()  # decoded: gzip from the upstream is not the client's
+    except asyncio.CancelledError:
+        log_usage(Usage(), "cancelled")
+        raise
     except httpx.HTTPError as exc:
         log_usage(Usage(), "error")
         message = f"the upstream answer failed: {type(exc).__name__}"

@@ -31,17 +31,22 @@ from typing import Literal
 from labkit.checks import (
     backpressure,
     cancel,
+    comment_silence,
     concurrency,
+    encoding,
     error_before_first_token,
+    integrity,
     keepalive,
     long_stream,
     midstream_error,
     minute_stream,
     passthrough,
+    queued,
     tool_calls,
     trickle,
     upstream_status,
     usage,
+    whole_answer,
 )
 from labkit.checks.context import CheckContext
 from labkit.checks.result import CheckResult
@@ -117,6 +122,24 @@ CHECKS: tuple[Check, ...] = (
         engine_budget_s=60.0,
     ),
     Check(
+        queued.ID,
+        queued.check_cancel_queued,
+        queued.BUDGET_S,
+        "a disconnect while the request waits in the upstream's queue lets it drop the request",
+        queued.STEP,
+        mock_only="needs an upstream whose one slot is busy on demand; the mock's slots make "
+        "that queue",
+    ),
+    Check(
+        whole_answer.ID,
+        whole_answer.check_cancel_whole_answer,
+        whole_answer.BUDGET_S,
+        "a disconnect during a whole (non-streamed) answer stops it",
+        whole_answer.STEP,
+        on_engine=whole_answer.check_cancel_whole_answer_on_engine,
+        engine_budget_s=whole_answer.ENGINE_BUDGET_S,
+    ),
+    Check(
         "usage",
         usage.check_usage,
         10.0,
@@ -142,6 +165,15 @@ CHECKS: tuple[Check, ...] = (
         mock_only=FAULTS + " (an error status before the stream)",
     ),
     Check(
+        encoding.ID,
+        encoding.check_content_encoding,
+        encoding.BUDGET_S,
+        "a whole answer reaches the client readable, whatever encoding it accepts",
+        encoding.STEP,
+        mock_only="needs an upstream that gzips whole answers, which the grading engine "
+        "does not",
+    ),
+    Check(
         "long_stream",
         long_stream.check_long_stream,
         16.0,
@@ -158,6 +190,24 @@ CHECKS: tuple[Check, ...] = (
         keepalive.STEP,
         mock_only="needs an upstream silent for seconds mid-stream, which only the mock's "
         "pacing gives",
+    ),
+    Check(
+        comment_silence.ID,
+        comment_silence.check_keepalive_under_comments,
+        comment_silence.BUDGET_S,
+        "an upstream's SSE comments never leave the client silent for long",
+        comment_silence.STEP,
+        mock_only="needs an upstream that sends SSE comments before a slow first token, which "
+        "only the mock's pacing gives",
+    ),
+    Check(
+        integrity.ID,
+        integrity.check_integrity,
+        integrity.BUDGET_S,
+        "the client gets every upstream event, once and in order",
+        integrity.STEP,
+        mock_only="needs the same text twice from the upstream and a silence mid-stream, which "
+        "only the mock's seeds and pacing give",
     ),
     Check(
         "concurrency",
@@ -222,9 +272,18 @@ ENGINE_IDS: tuple[str, ...] = tuple(i for i in ALL_IDS if BY_ID[i].on_engine is 
 LANES: tuple[tuple[str, ...], ...] = (
     # error_before_first_token shares its lane with upstream_status: both leave log lines
     # without an id (the proxy never saw one), which a shared usage log cannot tell apart.
-    ("long_stream", "upstream_status", "error_before_first_token"),
-    ("keepalive", "midstream_error", "cancel_before_first_token", "passthrough"),
-    ("trickle", "cancel", "usage", "tool_calls"),
+    # cancel_queued and cancel_whole_answer log cancelled lines without an id too: they stay
+    # out of that lane.
+    ("long_stream", "upstream_status", "error_before_first_token", "integrity"),
+    (
+        "keepalive",
+        "midstream_error",
+        "cancel_before_first_token",
+        "passthrough",
+        "cancel_queued",
+        "keepalive_under_comments",
+    ),
+    ("trickle", "cancel", "usage", "tool_calls", "cancel_whole_answer", "content_encoding"),
     ("concurrency",),
     ("backpressure",),
     ("minute_stream",),  # gateway profile only: a minute of mostly waiting, beside the others

@@ -119,7 +119,8 @@ class CheckContext:
 
 
 def finished(record: Record) -> bool:
-    return record.get("state") != "running"
+    """Whether the request is over (not waiting in the mock's queue, not running)."""
+    return record.get("state") not in ("queued", "running")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,11 @@ PATCHES = [
         "    client: httpx.AsyncClient = request.app.state.client\n",
         "    client: httpx.Client = request.app.state.client\n",
     ),
-    ("        upstream = await client.send(", "        upstream = client.send("),
+    (
+        "        upstream = await while_connected(request, client.send(upstream_request, "
+        "stream=True))\n",
+        "        upstream = client.send(upstream_request, stream=True)\n",
+    ),
     (
         "        async for event in sse_events(upstream.aiter_lines()):\n",
         "        async for event in sse_events(blocking_lines(upstream)):\n",
@@ -39,6 +43,6 @@ PATCHES = [
         "async def read_events(",
     ),
     ("        await upstream.aclose()\n", "        upstream.close()\n", 2),
-    ("        content = await upstream.aread()\n", "        content = upstream.read()\n"),
+    ("        content = await upstream.aread()  # decoded", "        content = upstream.read()  #"),
     ("BackgroundTask(upstream.aclose)", "BackgroundTask(upstream.close)"),
 ]

@@ -5,7 +5,7 @@ middleware that reads the body). It also holds back the heartbeats, and everythi
 upstream sends stays in memory until the end.
 """
 
-FAILS = {"trickle", "keepalive", "backpressure"}
+FAILS = {"trickle", "keepalive", "backpressure", "keepalive_under_comments"}
 PATCHES = [
     (
         "        relay(upstream, client_wants_usage),\n",

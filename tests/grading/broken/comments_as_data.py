@@ -8,6 +8,11 @@ which the OpenAI SDK cannot parse: the stream dies at the first comment
 
 FAILS = {"passthrough"}
 PATCHES = [
+    (  # every event goes through the parser, comments too
+        '    if all(line.startswith(":") for line in event.split("\\n")):\n'
+        '        return f"{event}\\n\\n".encode(), None\n',
+        "",
+    ),
     (
         "        return None, None  # a broken frame would crash the client's parser: drop it\n",
         '        return f"data: {data or event}\\n\\n".encode(), None  # pass it on, then\n',

@@ -1,0 +1,127 @@
+"""``cancel_queued``: a client that hangs up while its request waits in the engine's queue
+lets the engine drop it.
+
+An engine whose slots are all busy sends no response headers until one frees (llama.cpp and
+vLLM alike). The proxy's route then waits in ``client.send`` for those headers, outside the
+response body, where Starlette does not watch the client. A proxy that does nothing more keeps
+the queued request open after its client left: the engine starts it when a slot frees and
+spends a prefill, at least, on nobody (LiteLLM #31499). vLLM drops a waiting request whose
+connection closed; so does the mock. The fix watches the client's ASGI ``receive`` while the
+route waits, and closes the upstream request when it says ``http.disconnect``.
+
+Experiment, on the mock with one slot (``slots: 1``): a first request, sent straight to the
+mock, holds the slot for OCCUPY_S (4 s); a second one, through the proxy, waits behind it, and
+its client hangs up after HANG_UP_S (0.8 s), before any header. Pass: the mock drops the waiting
+request (``cancelled``, never admitted to a slot) within MAX_STOP_S (1 s) of the hang-up. A
+proxy that watches needs milliseconds; one that does not keeps it queued until the slot frees,
+about three seconds later, and the mock then starts it.
+
+``observe`` runs the experiment; ``judge`` decides, and is tested on constructed observations
+in process (tests/grading/test_judges_queued.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.capture import acapture_stream
+from labkit.checks.cancel import MAX_STOP_S
+from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished, ms
+from labkit.checks.engine_requests import OpenStream
+from labkit.checks.result import CheckResult
+
+ID = "cancel_queued"
+STEP = "04_cancel_on_disconnect"
+OCCUPIER_SEED, SEED = 4701, 4702
+OCCUPY_S = 4.0
+OCCUPIER = {"slots": 1, "ttft_ms": 100, "tps": 20, "tokens": int(OCCUPY_S * 20)}
+WAITING = {"slots": 1, "ttft_ms": 200, "tps": 20, "tokens": 20}
+HANG_UP_S = 0.8
+ADMIT_WAIT_S = 5.0  # for the occupier to hold its slot, on a slow machine
+SETTLE_S = 6.0  # the record is watched this long after the hang-up (past the slot's freeing)
+BUDGET_S = 16.0
+
+result = Outcome(ID, STEP)
+
+
+def admitted(record: Record) -> bool:
+    return record.get("state") != "queued"
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Whether the occupier held the slot before the probe was sent, when the probe's client
+    hung up (the clock of the mock's records), and the mock's record of the probe as it ended
+    up (None: it never arrived)."""
+
+    slot_held: bool
+    hung_up_at: float
+    record: Record | None
+
+
+async def observe(ctx: CheckContext) -> Observed:
+    occupier = await OpenStream(
+        f"{ctx.upstream_url}/v1/chat/completions", chat_body(OCCUPIER_SEED, OCCUPIER)
+    ).start()
+    try:
+        held = await ctx.record(OCCUPIER_SEED, until=admitted, wait_s=ADMIT_WAIT_S)
+        capture = await acapture_stream(
+            ctx.chat_url, json=chat_body(SEED, WAITING), disconnect_after_s=HANG_UP_S
+        )
+        hung_up_at = capture.started_at + capture.total_time
+        record = await ctx.record(SEED, until=finished, wait_s=SETTLE_S)
+    finally:
+        await occupier.hang_up()
+    slot_held = held is not None and held.get("state") == "running"
+    return Observed(slot_held, hung_up_at, record)
+
+
+def judge(observed: Observed) -> CheckResult:
+    """Pass: the mock dropped the waiting request (``cancelled``, never admitted) within
+    MAX_STOP_S of the hang-up. An occupier that never held the slot: inconclusive."""
+    record = observed.record
+    if record is None:
+        return result.failed(
+            "the request never reached the upstream",
+            {},
+            "forward POST /v1/chat/completions to the upstream with its JSON body.",
+            step="02_forwarding_proxy",
+        )
+    ended = record.get("ended_at")
+    evidence = {
+        "upstream_state": record.get("state"),
+        "upstream_stop_after_hangup_ms": None
+        if ended is None
+        else max(0, ms(ended - observed.hung_up_at) or 0),
+        "admitted_to_a_slot": record.get("admitted_at") is not None,
+        "tokens_generated": record.get("tokens_generated"),
+        "slot_busy_for_ms": ms(OCCUPY_S),
+    }
+    dropped = record.get("state") == "cancelled" and record.get("admitted_at") is None
+    if dropped and ended is not None and ended - observed.hung_up_at <= MAX_STOP_S:
+        return result.passed(
+            "the upstream dropped the queued request soon after the client left", evidence
+        )
+    if not observed.slot_held and record.get("queued_at") is None:
+        return result.inconclusive(
+            "inconclusive: the upstream's one slot was not busy, so nothing queued",
+            "the request that should have held the slot had not started when the probe was sent",
+            evidence,
+        )
+    if record.get("admitted_at") is not None:
+        verdict = "the upstream started the queued request after its client had left"
+    else:
+        verdict = "the upstream kept the queued request waiting after its client had left"
+    return result.failed(
+        verdict,
+        evidence,
+        "watch the client while the route waits for the upstream's headers (await them and the "
+        "client's http.disconnect together, as while_connected does), and close the upstream "
+        "request when the client leaves first.",
+    )
+
+
+async def check_cancel_queued(ctx: CheckContext) -> CheckResult:
+    return judge(await observe(ctx))
+
+

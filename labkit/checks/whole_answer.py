@@ -1,0 +1,184 @@
+"""``cancel_whole_answer``: a client that hangs up on a whole (non-streamed) answer stops it.
+
+A unary request gets no byte until its answer is whole, so the proxy reads the upstream's body
+in the route, before it returns a response: outside the response body, where Starlette watches
+the client. A proxy that does nothing more lets the upstream generate the whole answer for a
+client that left (LiteLLM #37140). The fix watches the client's ASGI ``receive`` while the body
+is read, and closes the upstream request when it says ``http.disconnect``.
+
+Experiment: a 20 s answer (400 tokens at 20 tokens/s), not streamed; the client hangs up after
+HANG_UP_S. Pass: the mock records the request ``cancelled`` within MAX_STOP_S (1 s) of the
+hang-up. A proxy that watches needs a few milliseconds (one token interval at most, 50 ms); one
+that does not leaves the upstream generating for another 18 s, to the end of the answer.
+
+On a real engine (``--engine``): llama.cpp's server notices a closed connection during a whole
+answer by itself within about a second (FACTS: 48 decode steps after a direct client's
+hang-up, then idle), so the proxy is timed where it acts, on its own connection to the engine
+(``labkit.checks.engine_sockets``): it must close that connection within MAX_STOP_S of the
+client's hang-up. Without a view of the sockets, the engine must be idle within MAX_STOP_S +
+ENGINE_NOTICE_S.
+
+``observe`` runs the experiment; ``judge`` decides, and is tested on constructed observations
+in process (tests/grading/test_judges_whole_answer.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.capture import acapture_stream
+from labkit.checks.cancel import ENGINE_IDLE_WAIT_S, ENGINE_NOTICE_S, MAX_STOP_S, WAIT_S
+from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished, ms
+from labkit.checks.engine_requests import OpenStream, engine_body
+from labkit.checks.engine_sockets import EngineSockets
+from labkit.checks.result import CheckResult
+
+ID = "cancel_whole_answer"
+STEP = "06_midstream_errors"
+SEED = 4601
+TOKENS = 400
+SCENARIO = {"ttft_ms": 200, "tps": 20, "tokens": TOKENS}
+HANG_UP_S = 1.2
+BUDGET_S = 8.0
+ENGINE_TOKENS = 400
+ENGINE_HANG_UP_DECODES = 10
+ENGINE_START_S = 20.0
+ENGINE_BUDGET_S = 60.0
+
+ADVICE = (
+    "watch the client while the route reads a whole answer (await the read and the client's "
+    "http.disconnect together, as while_connected does), and close the upstream response "
+    "when the client leaves first."
+)
+
+result = Outcome(ID, STEP)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """When the client hung up (the clock of the mock's records) and the mock's record of the
+    request as it ended up (None: it never arrived)."""
+
+    hung_up_at: float
+    record: Record | None
+
+
+async def observe(ctx: CheckContext) -> Observed:
+    capture = await acapture_stream(
+        ctx.chat_url, json=chat_body(SEED, SCENARIO, stream=False), disconnect_after_s=HANG_UP_S
+    )
+    hung_up_at = capture.started_at + capture.total_time
+    record = await ctx.record(SEED, until=finished, wait_s=WAIT_S)
+    return Observed(hung_up_at, record)
+
+
+def judge(observed: Observed) -> CheckResult:
+    """Pass: the mock recorded the request ``cancelled`` within MAX_STOP_S of the hang-up."""
+    record = observed.record
+    if record is None:
+        return result.failed(
+            "the request never reached the upstream",
+            {},
+            "forward POST /v1/chat/completions to the upstream with its JSON body, streamed "
+            "or not.",
+            step="02_forwarding_proxy",
+        )
+    ended = record.get("ended_at") if record.get("state") != "running" else None
+    evidence = {
+        "upstream_state": record.get("state"),
+        "upstream_stop_after_hangup_ms": None
+        if ended is None
+        else max(0, ms(ended - observed.hung_up_at) or 0),
+        "tokens_generated": record.get("tokens_generated"),
+        "tokens_asked": TOKENS,
+    }
+    stopped = record.get("state") == "cancelled" and ended is not None
+    if stopped and ended - observed.hung_up_at <= MAX_STOP_S:
+        return result.passed(
+            "the upstream stopped the whole answer soon after the client left", evidence
+        )
+    if record.get("state") in ("running", "completed"):
+        verdict = "the upstream generated the whole answer after the client had left"
+    else:
+        verdict = "the upstream did not stop the whole answer promptly when the client left"
+    return result.failed(verdict, evidence, ADVICE)
+
+
+async def check_cancel_whole_answer(ctx: CheckContext) -> CheckResult:
+    return judge(await observe(ctx))
+
+
+@dataclass(frozen=True)
+class EngineObserved:
+    """On an engine: whether the engine started decoding the answer, whether the proxy's sockets
+    to it were watched, when the proxy closed them and when the engine was idle (after the
+    hang-up; None: not seen), and the tokens it decoded after the hang-up."""
+
+    started: bool
+    sockets_watched: bool
+    closed_after: float | None
+    idle_after: float | None
+    decoded_after_hangup: int
+
+
+async def observe_on_engine(ctx: CheckContext) -> EngineObserved:
+    books = ctx.books
+    body = engine_body(await books.model(), max_tokens=ENGINE_TOKENS, stream=False)
+    sockets = EngineSockets.for_url(ctx.upstream_url)
+    async with books.watch() as watch:
+        before = watch.last
+        request = await OpenStream(ctx.chat_url, body).start()
+        started = await watch.until(
+            lambda now: now.decoded - before.decoded >= ENGINE_HANG_UP_DECODES, ENGINE_START_S
+        )
+        watched = sockets.open_ends() if sockets is not None else set()
+        hung_up_at = await request.hang_up()
+        at_hang_up = watch.last
+        closed_at = None
+        if sockets is not None and watched:
+            closed_at = await sockets.closed_by_peer(watched, WAIT_S)
+        idle = await watch.until(lambda now: now.running == 0, WAIT_S + ENGINE_NOTICE_S)
+        seen = idle or watch.last
+    await books.wait_idle(ENGINE_IDLE_WAIT_S)
+    return EngineObserved(
+        started=started is not None,
+        sockets_watched=sockets is not None and bool(watched),
+        closed_after=None if closed_at is None else closed_at - hung_up_at,
+        idle_after=None if idle is None else idle.at - hung_up_at,
+        decoded_after_hangup=seen.decoded - at_hang_up.decoded,
+    )
+
+
+def judge_on_engine(observed: EngineObserved) -> CheckResult:
+    """Pass: the proxy closed its connection to the engine within MAX_STOP_S of the hang-up
+    (without a view of the sockets: the engine was idle within MAX_STOP_S + ENGINE_NOTICE_S).
+    An engine that never started decoding: inconclusive (the machine was too slow)."""
+    evidence: dict[str, int | str | None] = {
+        "upstream_closed_after_hangup_ms": ms(observed.closed_after),
+        "upstream_idle_after_hangup_ms": ms(observed.idle_after),
+        "tokens_decoded_after_hangup": observed.decoded_after_hangup,
+        "tokens_asked": ENGINE_TOKENS,
+    }
+    if not observed.started:
+        return result.inconclusive(
+            "inconclusive: the engine was too slow to start generating",
+            f"it did not decode {ENGINE_HANG_UP_DECODES} tokens in {ENGINE_START_S:g} s",
+            evidence,
+        )
+    if observed.sockets_watched:
+        stopped = observed.closed_after is not None and observed.closed_after <= MAX_STOP_S
+    else:
+        evidence["judged_by"] = "engine idle time"
+        idle = observed.idle_after
+        stopped = idle is not None and idle <= MAX_STOP_S + ENGINE_NOTICE_S
+    if stopped:
+        return result.passed(
+            "the upstream stopped the whole answer soon after the client left", evidence
+        )
+    return result.failed(
+        "the upstream generated the whole answer after the client had left", evidence, ADVICE
+    )
+
+
+async def check_cancel_whole_answer_on_engine(ctx: CheckContext) -> CheckResult:
+    return judge_on_engine(await observe_on_engine(ctx))
