@@ -63,8 +63,10 @@ class Observed:
     grader_pause_s: float = 0.0
 
 
-def longest_silence(arrivals: tuple[float, ...]) -> float:
-    """The longest wait for a byte, counted from the request (time 0)."""
+def longest_silence(arrivals: tuple[float, ...]) -> float | None:
+    """The longest wait for a byte, counted from the request (time 0); None if no byte came."""
+    if not arrivals:
+        return None
     times = (0.0, *sorted(arrivals))
     return max(later - earlier for earlier, later in zip(times, times[1:], strict=False))
 
@@ -108,7 +110,7 @@ def judge(observed: Observed) -> CheckResult:
         "upstream_comment_every_ms": COMMENT_EVERY_MS,
         "comments_received": observed.comments,
     }
-    if observed.status != 200 or observed.terminal != "done":
+    if observed.status != 200 or observed.terminal != "done" or silence is None:
         return result.failed(
             "a stream whose upstream sent SSE comments before its first token did not end "
             "normally",

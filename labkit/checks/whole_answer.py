@@ -175,9 +175,11 @@ def judge_on_engine(observed: EngineObserved) -> CheckResult:
         return result.passed(
             "the upstream stopped the whole answer soon after the client left", evidence
         )
-    return result.failed(
-        "the upstream generated the whole answer after the client had left", evidence, ADVICE
-    )
+    if (observed.closed_after if observed.sockets_watched else observed.idle_after) is not None:
+        verdict = "the upstream did not stop the whole answer promptly when the client left"
+    else:
+        verdict = "the upstream generated the whole answer after the client had left"
+    return result.failed(verdict, evidence, ADVICE)
 
 
 async def check_cancel_whole_answer_on_engine(ctx: CheckContext) -> CheckResult:
