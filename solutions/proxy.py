@@ -467,7 +467,7 @@ async def forward_whole(upstream: httpx.Response) -> Response:
     ### BEGIN SOLUTION
     try:
         content = await upstream.aread()  # decoded: gzip from the upstream is not the client's
-    except asyncio.CancelledError:
+    except asyncio.CancelledError:  # the client left: while_connected cancelled us
         log_usage(Usage(), "cancelled")
         raise
     except httpx.HTTPError as exc:

@@ -170,8 +170,7 @@ CHECKS: tuple[Check, ...] = (
         encoding.BUDGET_S,
         "a whole answer reaches the client readable, whatever encoding it accepts",
         encoding.STEP,
-        mock_only="needs an upstream that gzips whole answers, which the grading engine "
-        "does not",
+        mock_only="needs an upstream that gzips whole answers, which the grading engine does not",
     ),
     Check(
         "long_stream",

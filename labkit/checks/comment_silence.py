@@ -23,6 +23,7 @@ observations in process (tests/grading/test_judges_comment_silence.py).
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from labkit.capture import acapture_stream
@@ -32,7 +33,7 @@ from labkit.checks.result import CheckResult
 
 ID = "keepalive_under_comments"
 STEP = "07_heartbeats_and_timeouts"
-SEED = 5201
+SEED = 6401
 FIRST_TOKEN_S = 8.0
 COMMENT_EVERY_MS = 500
 SCENARIO = {
@@ -68,7 +69,7 @@ def longest_silence(arrivals: tuple[float, ...]) -> float | None:
     if not arrivals:
         return None
     times = (0.0, *sorted(arrivals))
-    return max(later - earlier for earlier, later in zip(times, times[1:], strict=False))
+    return max(later - earlier for earlier, later in itertools.pairwise(times))
 
 
 async def observe(ctx: CheckContext) -> Observed:
@@ -112,8 +113,7 @@ def judge(observed: Observed) -> CheckResult:
     }
     if observed.status != 200 or observed.terminal != "done" or silence is None:
         return result.failed(
-            "a stream whose upstream sent SSE comments before its first token did not end "
-            "normally",
+            "a stream whose upstream sent SSE comments before its first token did not end normally",
             evidence,
             "read comment events as events that carry no data (pass them on, or drop them), "
             "and keep the stream open until the upstream's data: [DONE].",
@@ -131,8 +131,7 @@ def judge(observed: Observed) -> CheckResult:
             evidence,
         )
     return result.failed(
-        "the client heard nothing for longer than a heartbeat while the upstream sent SSE "
-        "comments",
+        "the client heard nothing for longer than a heartbeat while the upstream sent SSE comments",
         evidence,
         "time heartbeats from the last bytes the client was sent: pass an upstream comment on "
         "to the client as a comment, or do not count it as activity.",

@@ -29,7 +29,7 @@ from labkit.checks.result import CheckResult
 
 ID = "content_encoding"
 STEP = "06_midstream_errors"
-GZIP_SEED, IDENTITY_SEED = 4621, 4622
+GZIP_SEED, IDENTITY_SEED = 6201, 6202
 SCENARIO = {"ttft_ms": 50, "tps": 200, "tokens": 30}
 ACCEPTS = {"gzip": "gzip", "identity": "identity"}
 LIMIT_S = 5.0
@@ -92,7 +92,7 @@ async def observe(ctx: CheckContext) -> Observed:
 def judge(observed: Observed) -> CheckResult:
     """Pass: both answers are readable chat completions once decoded as declared, and the
     identity client's is not compressed."""
-    evidence: dict[str, object] = {}
+    evidence: dict[str, int | str | bool | None] = {}
     for name, answer in (("gzip", observed.gzip), ("identity", observed.identity)):
         evidence[f"{name}_client_status"] = answer.status
         evidence[f"{name}_client_declared_encoding"] = answer.declared or None

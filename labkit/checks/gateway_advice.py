@@ -31,6 +31,11 @@ GATEWAY_ADVICE: Mapping[str, str] = {
     "model generates for nobody and is billed.",
     "cancel_before_first_token": "make the gateway close its upstream connection when the "
     "client leaves while it still waits for the upstream's response headers or first bytes.",
+    "cancel_queued": "make the gateway close its upstream connection when the client leaves "
+    "while the request still waits for the upstream's response headers (an engine whose slots "
+    "are all busy sends none): the engine can then drop the queued request.",
+    "cancel_whole_answer": "make the gateway close its upstream connection when the client "
+    "leaves during a non-streamed answer, while it still waits for the whole body.",
     "usage": "the usage log is written by the lab's proxy, not by a gateway: grade the proxy "
     "file to check it.",
     "midstream_error": "put a layer behind the gateway that turns an upstream failure into an "
@@ -41,6 +46,10 @@ GATEWAY_ADVICE: Mapping[str, str] = {
     "upstream's first bytes and between reads must be longer than the model's slowest wait.",
     "keepalive": "send SSE comment lines during the upstream's silences from a layer behind the "
     "gateway, or raise the gateway's and the client's idle timeouts above the longest silence.",
+    "keepalive_under_comments": "forward the upstream's SSE comments as they come, or count "
+    "only bytes sent to the client as activity when timing heartbeats.",
+    "integrity": "forward every upstream event once and in order; nothing the gateway does "
+    "between reads (a heartbeat, a timeout) may drop or repeat one.",
     "concurrency": "let every stream through at once for its whole life: check the gateway's "
     "limits on connections to the upstream, on workers or threads, and on queued requests; a "
     "worker held by one stream serves no one else until that stream ends.",
@@ -49,6 +58,8 @@ GATEWAY_ADVICE: Mapping[str, str] = {
     "the client.",
     "passthrough": "forward the upstream's bytes as they are: lines starting with a colon are "
     "SSE comments and must stay comments.",
+    "content_encoding": "decode what the upstream compressed, or forward its bytes with its "
+    "Content-Encoding header, and never hand a client an encoding it did not accept.",
     "error_before_first_token": "forward the upstream's first event unchanged, even when it is "
     "an error object under status 200.",
     "tool_calls": "forward the stream's events unchanged and in order: tool-call deltas carry "

@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 from labkit.capture import Capture, acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body, finished
-from labkit.checks.result import CheckResult
+from labkit.checks.result import CheckResult, Evidence
 from labkit.wire import interpret_event
 
 ID = "integrity"
 STEP = "07_heartbeats_and_timeouts"
-SEED = 5301
+SEED = 6501
 TOKENS = 60
 STALL_AFTER = 20
 SILENCE_S = 4.5
@@ -130,7 +130,7 @@ def judge(observed: Observed) -> CheckResult:
             step="02_forwarding_proxy",
         )
     difference = compare(observed.sent, observed.received)
-    evidence = {
+    evidence: Evidence = {
         "terminal": observed.terminal,
         "upstream_events": len(observed.sent),
         "client_events": len(observed.received),

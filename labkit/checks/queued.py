@@ -32,7 +32,7 @@ from labkit.checks.result import CheckResult
 
 ID = "cancel_queued"
 STEP = "04_cancel_on_disconnect"
-OCCUPIER_SEED, SEED = 4701, 4702
+OCCUPIER_SEED, SEED = 6301, 6302
 OCCUPY_S = 4.0
 OCCUPIER = {"slots": 1, "ttft_ms": 100, "tps": 20, "tokens": int(OCCUPY_S * 20)}
 WAITING = {"slots": 1, "ttft_ms": 200, "tps": 20, "tokens": 20}
@@ -123,5 +123,3 @@ def judge(observed: Observed) -> CheckResult:
 
 async def check_cancel_queued(ctx: CheckContext) -> CheckResult:
     return judge(await observe(ctx))
-
-

@@ -127,7 +127,14 @@ def test_engine_requests_ask_for_exact_lengths_and_never_repeat_a_prompt() -> No
 
 
 def test_every_check_runs_on_the_engine_or_says_in_one_line_why_not() -> None:
-    assert ENGINE_IDS == ("trickle", "cancel", "cancel_before_first_token", "usage", "concurrency")
+    assert ENGINE_IDS == (
+        "trickle",
+        "cancel",
+        "cancel_before_first_token",
+        "cancel_whole_answer",
+        "usage",
+        "concurrency",
+    )
     for check in BY_ID.values():
         if check.on_engine is None:
             assert check.mock_only.startswith("needs "), check.id

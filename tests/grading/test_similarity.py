@@ -141,6 +141,23 @@ async for raw in lines:
         continue
     buffer.append(raw)
 """,
+        "while_connected": """
+async def wait_gone():
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+job = asyncio.ensure_future(work)
+gone = asyncio.ensure_future(wait_gone())
+done, pending = await asyncio.wait({job, gone}, return_when=asyncio.FIRST_COMPLETED)
+for leftover in pending:
+    leftover.cancel()
+if job in done:
+    return job.result()
+with contextlib.suppress(asyncio.CancelledError):
+    await job
+raise ClientGone()
+""",
         "read_events": """
 try:
     async for ev in sse_events(upstream.aiter_lines()):
@@ -293,6 +310,16 @@ async for line in lines:
         pending = ""
     elif line:
         pending += line + "\\n"
+""",
+        "while_connected": """
+task = asyncio.ensure_future(work)
+while not task.done():
+    if await request.is_disconnected():
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise ClientGone()
+    await asyncio.wait({task}, timeout=0.05)
+return task.result()
 """,
         "read_events": """
 reason = "the upstream stopped early"

@@ -24,12 +24,15 @@ import pytest
 
 from labkit.checks import (
     cancel,
+    comment_silence,
     concurrency,
+    integrity,
     keepalive,
     long_stream,
     minute_stream,
     trickle,
     usage,
+    whole_answer,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,10 +79,12 @@ CLAIMS = [
     Claim("probe wait", r"probes wait (?:about |~)N s\b", {"concurrency": concurrency.TTFT_S}),
     Claim("answer length", r"\ba N s answer\b", {
         "cancel": cancel.CANCEL_SCENARIO["tokens"] / cancel.CANCEL_SCENARIO["tps"],
+        "cancel_whole_answer": whole_answer.TOKENS / whole_answer.SCENARIO["tps"],
     }),
     Claim("hang-up", r"hangs up after N s\b", {
         "cancel": cancel.CANCEL_AFTER_S,
         "cancel_before_first_token": cancel.EARLY_AFTER_S,
+        "cancel_whole_answer": whole_answer.HANG_UP_S,
     }),
     Claim("stop limit", r"stop within N s\b", {
         "cancel": cancel.MAX_STOP_S,
@@ -88,6 +93,16 @@ CLAIMS = [
     Claim("silence", r"\bN s of (?:upstream )?silence\b", {
         "keepalive": keepalive.STALL_S,
         "minute_stream": minute_stream.STALL_S,
+        "integrity": integrity.SILENCE_S,
+    }),
+    Claim("comment interval", r"comment every N ms\b", {
+        "keepalive_under_comments": comment_silence.COMMENT_EVERY_MS,
+    }),
+    Claim("first token", r"first token only after N s\b", {
+        "keepalive_under_comments": comment_silence.FIRST_TOKEN_S,
+    }),
+    Claim("silence limit", r"must stay under N s\b", {
+        "keepalive_under_comments": comment_silence.MAX_SILENCE_S,
     }),
     Claim("token count", r"\bN tokens at\b", {"long_stream": long_stream.SCENARIO["tokens"]}),
     Claim("token rate", r"\bat N tokens/s\b", {

@@ -54,6 +54,7 @@ PINS: dict[str, list[str]] = {
     "04": [
         "PASS cancel",
         "PASS cancel_before_first_token",
+        "PASS cancel_queued",
         "PASS: through your proxy.py the",
         "FAIL: through the leaky proxy the",
     ],
@@ -62,6 +63,8 @@ PINS: dict[str, list[str]] = {
         "PASS midstream_error",
         "PASS upstream_status",
         "PASS error_before_first_token",
+        "PASS cancel_whole_answer",
+        "PASS content_encoding",
     ],
     "07": [
         "PASS upstream_timeout",
@@ -69,6 +72,8 @@ PINS: dict[str, list[str]] = {
         "PASS long_stream",
         "PASS keepalive",
         "PASS passthrough",
+        "PASS keepalive_under_comments",
+        "PASS integrity",
     ],
     "08": ["PASS adapter", "PASS cache_and_stops", "PASS refusal", "PASS responses"],
     "09": ["PASS accumulate", "PASS scanner", "PASS validate", "PASS blocks", "PASS tool_calls"],
