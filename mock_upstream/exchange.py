@@ -3,29 +3,37 @@
 Read the JSON body, resolve the scenario (header and ``mock`` field), let the API module
 parse the rest, open a record, answer an injected ``status`` at once, otherwise plan the
 answer and stream it (generation running ahead of a slow reader, or in step with it under
-``pause_on_backpressure``: :mod:`mock_upstream.generation`), or wait it out for a unary
-response.
+``pause_on_backpressure``: :mod:`mock_upstream.generation`), or collect it whole for a unary
+response::
 
-Unary answers wait as long as the stream would, in the route function, where Starlette does
-not watch for a disconnect: a client that leaves a unary request early is not noticed, and
-the record ends ``completed``. In unary mode ``error_after``, ``drop_after`` and ``end_after``
-answer a provider-shaped 500 once their tokens are "generated"; ``malformed_after`` is ignored.
+    body --> scenario --> record --> [status: error now]
+                                 --> stream: StreamingResponse (Starlette watches the client)
+                                 --> unary: collect the whole answer (we watch the client)
+
+Everything the route function awaits before it returns a response is watched for a client
+that leaves (:func:`mock_upstream.hangup.while_connected`), as vLLM's server watches it: a
+unary answer whose client leaves is cancelled at once (``cancelled``, no token generated after
+the disconnect). Unary answers take as long as the stream would. In unary mode ``error_after``,
+``drop_after`` and ``end_after`` answer a provider-shaped 500 once their tokens are
+"generated"; ``malformed_after`` is ignored.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mock_upstream.bodies import read_json
 from mock_upstream.errors import ApiError, status_error
+from mock_upstream.events import Event
 from mock_upstream.generation import generation_for
+from mock_upstream.hangup import ClientLeft, while_connected
 from mock_upstream.ids import new_id
 from mock_upstream.pacing import Clock, faults_for, play
 from mock_upstream.plan import Plan, Prompt, build_plan
@@ -40,12 +48,17 @@ from mock_upstream.scenario import (
     resolve,
 )
 from mock_upstream.stream import (
+    Outcome,
     RecordedStreamingResponse,
     Wire,
     collect,
     generate,
     vllm_reason,
 )
+
+#: What the route returns for a client that has gone (nginx's "client closed request"). Nobody
+#: receives it: uvicorn sends nothing on a closed connection.
+CLIENT_CLOSED_REQUEST: Final = 499
 
 
 @dataclass(frozen=True)
@@ -125,18 +138,42 @@ async def answer(request: Request, api: ApiSpec) -> Response:
         recorder.finish(record, "errored", completion_tokens=0)
         raise status_error(scenario.status, scenario.retry_after, as_date=scenario.retry_after_date)
 
-    plan = build_plan(parsed.prompt, scenario, call_id_prefix=api.call_id_prefix)  # text: lazy
-    every_s = None if scenario.comment_every_ms is None else scenario.comment_every_ms / 1000.0
-    clock = Clock(scenario.ttft_ms / 1000.0, scenario.tps, start=arrived, comment_every_s=every_s)
-    events = play(plan, clock, faults_for(scenario))
-    wire = api.wire(record.id, plan, parsed, scenario)
-    if parsed.stream:
-        frames = generate(events, wire, recorder, record)
-        generation = generation_for(scenario.pause_on_backpressure, frames)
-        return RecordedStreamingResponse(generation, recorder=recorder, record=record)
+    try:
+        plan = build_plan(parsed.prompt, scenario, call_id_prefix=api.call_id_prefix)  # lazy
+        every_s = None if scenario.comment_every_ms is None else scenario.comment_every_ms / 1000
+        clock = Clock(scenario.ttft_ms / 1000, scenario.tps, start=arrived, comment_every_s=every_s)
+        events = play(plan, clock, faults_for(scenario))
+        wire = api.wire(record.id, plan, parsed, scenario)
+        if parsed.stream:
+            frames = generate(events, wire, recorder, record)
+            generation = generation_for(scenario.pause_on_backpressure, frames)
+            return RecordedStreamingResponse(generation, recorder=recorder, record=record)
+        outcome = await while_connected(request.receive, collect_whole(events, recorder, record))
+    except ClientLeft:
+        recorder.disconnected(record)
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+    except asyncio.CancelledError:  # the server is stopping: as good as a client that left
+        recorder.disconnected(record)
+        raise
+    except Exception:  # whatever broke, the record ends
+        recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
+        raise
+    return unary_answer(request, wire, outcome, recorder, record)
 
+
+async def collect_whole(
+    events: AsyncGenerator[Event, None], recorder: Recorder, record: RequestRecord
+) -> Outcome:
+    """The whole answer for a unary response, its events closed however it ends."""
     async with aclosing(events):
-        outcome = await collect(events, recorder, record)
+        return await collect(events, recorder, record)
+
+
+def unary_answer(
+    request: Request, wire: Wire, outcome: Outcome, recorder: Recorder, record: RequestRecord
+) -> Response:
+    """End the record of a collected answer and answer it: the body, or a provider-shaped 500 for
+    an answer a fault broke."""
     if outcome.failed:
         record.status_code = 500
         recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
@@ -147,10 +184,11 @@ async def answer(request: Request, api: ApiSpec) -> Response:
             anthropic_kind="api_error",
             code="server_error",
         )
+    response = JSONResponse(wire.body(outcome))
     recorder.finish(
         record,
         "completed",
         completion_tokens=outcome.usage.completion_tokens,
         finish_reason=vllm_reason(outcome.finish),
     )
-    return JSONResponse(wire.body(outcome))
+    return response
