@@ -7,6 +7,8 @@
     python -m bench mock-capacity [...] the mock upstream's own capacity (bench/mock_capacity.py)
     python -m bench soak [...]          the reliability soak (tests/reliability/soak.py)
     python -m bench relay [...]         what the reference relay adds to TTFT (bench/relay.py)
+    python -m bench windows [...]       a hang-up's cost to the real engine, queued and whole
+                                        (bench/windows.py)
     python -m bench report FILE.json    print the table and goals of an earlier run again
 
 Results: ``bench/results/bench-<time>.json`` and PNG plots beside it; the markdown table for the
@@ -32,6 +34,7 @@ HERE = Path(__file__).resolve().parent
 PARTS = {
     "mock-capacity": HERE / "mock_capacity.py",
     "relay": HERE / "relay.py",
+    "windows": HERE / "windows.py",
     "soak": HERE.parent / "tests" / "reliability" / "soak.py",
 }
 

@@ -16,5 +16,5 @@ PATCHES = [
     (
         "        return None, None  # a broken frame would crash the client's parser: drop it\n",
         '        return f"data: {data or event}\\n\\n".encode(), None  # pass it on, then\n',
-    )
+    ),
 ]

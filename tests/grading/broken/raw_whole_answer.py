@@ -15,6 +15,6 @@ PATCHES = [
     (
         "        content = await upstream.aread()  # decoded: gzip from the upstream is not the "
         "client's\n",
-        "        content = b\"\".join([part async for part in upstream.aiter_raw()])\n",
+        '        content = b"".join([part async for part in upstream.aiter_raw()])\n',
     ),
 ]
