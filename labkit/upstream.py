@@ -131,10 +131,11 @@ class MockUpstream:
         )
 
     def wait_until_idle(self, timeout: float = 2.0) -> bool:
-        """Wait until no request is running; True if that happened within ``timeout`` s."""
+        """Wait until no request is running or queued for a slot (``slots``); True if that
+        happened within ``timeout`` s."""
         deadline = time.monotonic() + timeout
         while True:
-            if self.running() == 0:
+            if not any(r.get("state") in ("running", "queued") for r in self.requests()):
                 return True
             if time.monotonic() >= deadline:
                 return False

@@ -124,7 +124,7 @@ def create_app(defaults: Scenario | None = None, *, debug_token: str | None = No
     async def debug_reset(request: Request) -> dict[str, Any]:
         recorder: Recorder = request.app.state.mock.recorder
         recorder.reset()
-        return {"reset": True, "running": recorder.running}
+        return {"reset": True, "running": recorder.running, "waiting": recorder.waiting}
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

@@ -2,6 +2,7 @@
 
     mock-upstream --port 8001 --ttft-ms 200 --tps 25 --tokens 48
     mock-upstream --scenario 'stall_after=10;stall_s=5'
+    mock-upstream --slots 4      # an engine with 4 slots: a fifth request waits for one
 
 Flags set the scenario defaults; each request can still override them with the
 ``X-Mock-Scenario`` header or the body's ``mock`` field.
@@ -41,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tokens", type=int, help=f"completion length ({DEFAULT_TOKENS})")
     parser.add_argument("--seed", type=int, help="text seed (the request's seed, else 0)")
     parser.add_argument(
+        "--slots",
+        type=int,
+        help="requests generated at once; more wait, first come first served (unlimited)",
+    )
+    parser.add_argument(
         "--scenario",
         default="",
         metavar="K=V;K=V",
@@ -52,7 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
 def defaults_from(args: argparse.Namespace) -> Scenario:
     """The scenario defaults the flags ask for (raises :class:`ScenarioError`)."""
     overrides = parse_header(args.scenario, source="--scenario")
-    flags = {"ttft_ms": args.ttft_ms, "tps": args.tps, "tokens": args.tokens, "seed": args.seed}
+    flags = {
+        "ttft_ms": args.ttft_ms,
+        "tps": args.tps,
+        "tokens": args.tokens,
+        "seed": args.seed,
+        "slots": args.slots,
+    }
     for key, value in flags.items():
         if value is not None:
             overrides.update(convert({key: value}, source="--" + key.replace("_", "-")))

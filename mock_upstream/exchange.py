@@ -1,17 +1,20 @@
 """One request, start to finish, the same for every API.
 
 Read the JSON body, resolve the scenario (header and ``mock`` field), let the API module
-parse the rest, open a record, answer an injected ``status`` at once, otherwise plan the
-answer and stream it (generation running ahead of a slow reader, or in step with it under
+parse the rest, open a record, answer an injected ``status`` at once, otherwise wait for a slot
+if the scenario has ``slots`` (:mod:`mock_upstream.slots`), plan the answer and stream it
+(generation running ahead of a slow reader, or in step with it under
 ``pause_on_backpressure``: :mod:`mock_upstream.generation`), or collect it whole for a unary
 response::
 
     body --> scenario --> record --> [status: error now]
+                                 --> [slots: queued, no headers yet] --admitted--> clock starts
                                  --> stream: StreamingResponse (Starlette watches the client)
                                  --> unary: collect the whole answer (we watch the client)
 
 Everything the route function awaits before it returns a response is watched for a client
-that leaves (:func:`mock_upstream.hangup.while_connected`), as vLLM's server watches it: a
+that leaves (:func:`mock_upstream.hangup.while_connected`), as vLLM's server watches it:
+a request dropped while it waits for a slot ends ``cancelled`` without ever running, and a
 unary answer whose client leaves is cancelled at once (``cancelled``, no token generated after
 the disconnect). Unary answers take as long as the stream would. In unary mode ``error_after``,
 ``drop_after`` and ``end_after`` answer a provider-shaped 500 once their tokens are
@@ -23,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from starlette.requests import Request
@@ -47,6 +50,7 @@ from mock_upstream.scenario import (
     ScenarioError,
     resolve,
 )
+from mock_upstream.slots import Slots
 from mock_upstream.stream import (
     Outcome,
     RecordedStreamingResponse,
@@ -89,6 +93,7 @@ class MockState:
 
     defaults: Scenario
     recorder: Recorder
+    slots: Slots = field(default_factory=Slots)
 
 
 #: How the error for a key sent to the wrong route names the route that has it.
@@ -113,9 +118,28 @@ def check_variants(scenario: Scenario, api: ApiSpec) -> None:
         )
 
 
+async def admit(
+    request: Request, state: MockState, scenario: Scenario, record: RequestRecord
+) -> bool:
+    """Give the request a slot if its scenario has ``slots``, waiting (``queued``) for one if
+    none is free; the slot goes back when the record ends. True if it waited: its clock starts
+    now. A client that leaves while it waits raises :class:`ClientLeft`."""
+    if scenario.slots is None:
+        return False
+    pool = state.slots.pool(scenario.slots)
+    waited = not pool.try_take()
+    if waited:
+        state.recorder.queue(record)
+        await while_connected(request.receive, pool.take())
+        state.recorder.admit(record)
+    state.recorder.when_finished(record, pool.give_back)
+    return waited
+
+
 async def answer(request: Request, api: ApiSpec) -> Response:
     """Answer one request for ``api``."""
-    arrived = asyncio.get_running_loop().time()
+    loop = asyncio.get_running_loop()
+    arrived = loop.time()
     state: MockState = request.app.state.mock
     body = await read_json(request)
     scenario = resolve(state.defaults, request.headers.get(HEADER), body.get(BODY_FIELD))
@@ -139,6 +163,8 @@ async def answer(request: Request, api: ApiSpec) -> Response:
         raise status_error(scenario.status, scenario.retry_after, as_date=scenario.retry_after_date)
 
     try:
+        if await admit(request, state, scenario, record):
+            arrived = loop.time()  # a queued request's first token is due ttft after admission
         plan = build_plan(parsed.prompt, scenario, call_id_prefix=api.call_id_prefix)  # lazy
         every_s = None if scenario.comment_every_ms is None else scenario.comment_every_ms / 1000
         clock = Clock(scenario.ttft_ms / 1000, scenario.tps, start=arrived, comment_every_s=every_s)
@@ -155,7 +181,7 @@ async def answer(request: Request, api: ApiSpec) -> Response:
     except asyncio.CancelledError:  # the server is stopping: as good as a client that left
         recorder.disconnected(record)
         raise
-    except Exception:  # whatever broke, the record ends
+    except Exception:  # whatever broke, the record ends (and gives its slot back)
         recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
         raise
     return unary_answer(request, wire, outcome, recorder, record)

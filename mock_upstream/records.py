@@ -12,11 +12,19 @@ that reads at once keeps them within a frame or two of each other; one that read
 leaves ``tokens_sent`` standing still while ``tokens_generated`` goes on to the end, as on a
 real engine (:mod:`mock_upstream.generation`).
 
+A request that asks for ``slots`` (:mod:`mock_upstream.slots`) may wait for one before it
+runs: its record is ``queued`` from its arrival until it is admitted (``queued_at``,
+``admitted_at``), then ``running``; one whose client leaves while it waits ends ``cancelled``
+without ever running. ``running`` counts admitted requests only, ``waiting`` queued ones::
+
+    queued --admitted--> running --> completed | cancelled | errored
+    queued --the client left--> cancelled (never ran)
+
 Two families of names: the mock's own (``mock_*``, no labels) and the ones a real vLLM engine
 exports (``vllm:*``, labelled ``model_name``), so a notebook cell that watches
 ``vllm:num_requests_running`` works unchanged against a real engine:
-``vllm:num_requests_running`` and ``vllm:num_requests_waiting`` (always 0: the mock has no
-queue), ``vllm:generation_tokens_total`` (generated, not sent),
+``vllm:num_requests_running`` (admitted and generating) and ``vllm:num_requests_waiting``
+(queued for a slot), ``vllm:generation_tokens_total`` (generated, not sent),
 ``vllm:time_to_first_token_seconds`` and ``vllm:request_success_total{finished_reason}``
 (``stop``, ``length``, or ``abort`` for a request whose client left; an errored request is
 counted in ``mock_requests_errored_total`` only). As on vLLM, they exist from start-up
@@ -28,7 +36,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal
 
@@ -37,7 +45,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 Api = Literal["chat", "responses", "messages"]
-State = Literal["running", "completed", "cancelled", "errored"]
+State = Literal["queued", "running", "completed", "cancelled", "errored"]
+#: The states of a request that has not ended yet.
+ACTIVE: Final[frozenset[State]] = frozenset({"queued", "running"})
 
 MAX_RECORDS: Final = 10_000
 TTFT_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -58,6 +68,10 @@ class RequestRecord:
     reader. ``tokens_after_disconnect`` counts tokens generated after the mock noticed the
     client had gone; it stays 0 when cancellation works, because generation is cancelled at
     once.
+
+    ``queued_at`` is when the request started waiting for a slot (``None`` if it never
+    waited), ``admitted_at`` when it got one (``started_at`` if it never waited, ``None`` if it
+    never got one).
     """
 
     id: str
@@ -77,6 +91,8 @@ class RequestRecord:
     first_token_at: float | None = None
     ended_at: float | None = None
     disconnected_at: float | None = None
+    queued_at: float | None = None
+    admitted_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -183,25 +199,30 @@ class _Exporter(Collector):
         self._recorder = recorder
 
     def collect(self) -> Iterable[Metric]:
-        running = GaugeMetricFamily("mock_requests_running", "Answers in progress.")
-        running.add_metric([], self._recorder.running)
+        recorder = self._recorder
+        running = GaugeMetricFamily("mock_requests_running", "Answers in progress (admitted).")
+        running.add_metric([], recorder.running)
         yield running
+        waiting = GaugeMetricFamily("mock_requests_waiting", "Requests waiting for a slot.")
+        waiting.add_metric([], recorder.waiting)
+        yield waiting
         per_model = GaugeMetricFamily(
             "vllm:num_requests_running",
             "Number of requests in model execution batches (as vLLM names it).",
             labels=["model_name"],
         )
-        waiting = GaugeMetricFamily(
+        waiting_per_model = GaugeMetricFamily(
             "vllm:num_requests_waiting",
-            "Number of requests waiting to be processed (as vLLM names it; the mock has no queue).",
+            "Number of requests waiting to be processed (as vLLM names it).",
             labels=["model_name"],
         )
-        for model, count in sorted(self._recorder.running_by_model().items()):
+        queued = recorder.waiting_by_model()
+        for model, count in sorted(recorder.running_by_model().items()):
             per_model.add_metric([model], count)
-            waiting.add_metric([model], 0)
+            waiting_per_model.add_metric([model], queued[model])
         yield per_model
-        yield waiting
-        for collector in self._recorder.metrics.collectors():
+        yield waiting_per_model
+        for collector in recorder.metrics.collectors():
             yield from collector.collect()
 
 
@@ -215,6 +236,8 @@ class Recorder:
     def __init__(self, *, model: str, max_records: int = MAX_RECORDS) -> None:
         self._records: deque[RequestRecord] = deque(maxlen=max_records)
         self._running: dict[str, RequestRecord] = {}
+        self._waiting: dict[str, RequestRecord] = {}
+        self._on_finish: dict[str, Callable[[], None]] = {}
         self.model = model
         self._models: set[str] = {model}  # the default and every model asked for (vllm: gauges)
         self.metrics = Metrics(model)
@@ -228,12 +251,25 @@ class Recorder:
 
     @property
     def running(self) -> int:
+        """Requests admitted and not ended."""
         return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued for a slot."""
+        return len(self._waiting)
 
     def running_by_model(self) -> dict[str, int]:
         """Answers in progress per model (0 for a model that has none now)."""
+        return self._by_model(self._running)
+
+    def waiting_by_model(self) -> dict[str, int]:
+        """Requests queued for a slot per model (0 for a model that has none now)."""
+        return self._by_model(self._waiting)
+
+    def _by_model(self, active: dict[str, RequestRecord]) -> dict[str, int]:
         counts = dict.fromkeys(self._models, 0)
-        for record in self._running.values():
+        for record in active.values():
             counts[record.model] += 1
         return counts
 
@@ -242,20 +278,51 @@ class Recorder:
         return generate_latest(self.registry)
 
     def reset(self) -> None:
-        """Forget finished records and zero the counters; running answers stay counted."""
+        """Forget finished records and zero the counters; running and queued requests stay
+        counted."""
+        active = {**self._running, **self._waiting}
         self._records = deque(
-            (r for r in self._records if r.id in self._running), maxlen=self._records.maxlen
+            (r for r in self._records if r.id in active), maxlen=self._records.maxlen
         )
-        self._models = {self.model, *(r.model for r in self._running.values())}
+        self._models = {self.model, *(r.model for r in active.values())}
         self.metrics = Metrics(self.model)
 
     # -- writing ------------------------------------------------------------------------
     def start(self, record: RequestRecord) -> RequestRecord:
+        """A request arrived; it runs at once (admitted when it started) unless :meth:`queue`
+        says otherwise."""
+        record.state = "running"
+        record.admitted_at = record.started_at
         self._records.append(record)
         self._running[record.id] = record
         self._models.add(record.model)
         self.metrics.started.inc()
         return record
+
+    def queue(self, record: RequestRecord) -> None:
+        """The request waits for a slot: ``queued`` from now, not admitted."""
+        if self._running.pop(record.id, None) is None:
+            return
+        record.state = "queued"
+        record.queued_at = time.time()
+        record.admitted_at = None
+        self._waiting[record.id] = record
+
+    def admit(self, record: RequestRecord) -> None:
+        """The queued request got its slot: ``running`` from now."""
+        if self._waiting.pop(record.id, None) is None:
+            return
+        record.state = "running"
+        record.admitted_at = time.time()
+        self._running[record.id] = record
+
+    def when_finished(self, record: RequestRecord, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, when the record ends however it ends (at once if it has).
+        A slot is given back so: when generation ends, not when the last frame is sent."""
+        if record.state in ACTIVE:
+            self._on_finish[record.id] = callback
+        else:
+            callback()
 
     def tokens(self, record: RequestRecord, count: int) -> None:
         """``count`` more completion tokens were generated."""
@@ -287,12 +354,13 @@ class Recorder:
     ) -> None:
         """End the record (only the first call counts). ``finish_reason`` is how a completed
         answer ended (``length`` or ``stop``), for ``vllm:request_success_total``."""
-        if record.state != "running":
+        if record.state not in ACTIVE:
             return
         record.state = state
         record.completion_tokens = completion_tokens
         record.ended_at = time.time()
         self._running.pop(record.id, None)
+        self._waiting.pop(record.id, None)
         if state != "errored":
             reason = "abort" if state == "cancelled" else finish_reason
             self.metrics.vllm_success.labels(reason, record.model).inc()
@@ -302,10 +370,14 @@ class Recorder:
             "errored": self.metrics.errored,
         }[state]
         counter.inc()
+        callback = self._on_finish.pop(record.id, None)
+        if callback is not None:
+            callback()
 
     def disconnected(self, record: RequestRecord) -> None:
-        """The client went away: note the time and end the record as cancelled."""
-        if record.state != "running":
+        """The client went away: note the time and end the record as cancelled (a queued one
+        too: it never runs)."""
+        if record.state not in ACTIVE:
             return
         record.disconnected_at = time.time()
         self.finish(record, "cancelled", completion_tokens=record.tokens_generated)

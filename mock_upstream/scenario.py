@@ -76,6 +76,11 @@ class Scenario:
     is full, as llama.cpp and vLLM do; with ``pause_on_backpressure=True`` generation waits
     whenever the socket does, which no engine we measured does (see
     :mod:`mock_upstream.generation`). Unary answers are not affected.
+
+    ``slots`` makes the mock an engine with that many slots (:mod:`mock_upstream.slots`):
+    requests with the same ``slots`` value share N slots, and one beyond them waits, first come
+    first served and with no response headers yet, until a slot frees; its clock (``ttft_ms``)
+    starts when it gets one. ``None`` (the default) never waits.
     """
 
     ttft_ms: int = DEFAULT_TTFT_MS
@@ -101,6 +106,7 @@ class Scenario:
     preamble_tokens: int = 0
     thinking_tokens: int = 0
     pause_on_backpressure: bool = False
+    slots: int | None = None
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -212,6 +218,7 @@ _CONVERTERS: Final[dict[str, Callable[[object], Any]]] = {
     "preamble_tokens": _int(0),
     "thinking_tokens": _int(0),
     "pause_on_backpressure": _bool,
+    "slots": _int(1),
 }
 _OPTIONAL: Final = frozenset(f.name for f in dataclasses.fields(Scenario) if f.default is None)
 KEYS: Final = tuple(_CONVERTERS)

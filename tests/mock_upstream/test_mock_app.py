@@ -57,7 +57,7 @@ def test_debug_requests_lists_records_oldest_first_with_the_contract_fields(
 def test_reset_clears_records_and_counters(server: LiveServer) -> None:
     server.client.post("/v1/chat/completions", json=CHAT)
     assert server.metric("mock_requests_completed_total") == 1
-    assert server.client.post("/debug/reset").json() == {"reset": True, "running": 0}
+    assert server.client.post("/debug/reset").json() == {"reset": True, "running": 0, "waiting": 0}
     assert server.records() == []
     assert server.metric("mock_requests_completed_total") == 0
     assert server.metric("mock_tokens_generated_total") == 0

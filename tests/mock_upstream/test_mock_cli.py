@@ -17,6 +17,20 @@ def test_flags_set_the_scenario_defaults() -> None:
     assert (defaults.ttft_ms, defaults.tps, defaults.tokens, defaults.stall_s) == (5, 80.0, 9, 2.0)
 
 
+def test_the_slots_flag_makes_every_request_share_that_many_slots_by_default() -> None:
+    assert defaults_from(build_parser().parse_args(["--slots", "2"])).slots == 2
+    assert defaults_from(build_parser().parse_args([])).slots is None  # unlimited
+
+
+def test_a_slot_count_below_one_exits_with_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["--slots", "0"])
+    assert caught.value.code == 2
+    assert "--slots: slots=0 is not valid: expected an integer >= 1" in capsys.readouterr().err
+
+
 def test_no_flags_keep_the_contract_defaults() -> None:
     assert defaults_from(build_parser().parse_args([])) == mock_upstream.Scenario()
 

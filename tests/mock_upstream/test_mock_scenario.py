@@ -85,3 +85,12 @@ def test_pause_on_backpressure_is_off_unless_asked_for_and_checked_like_any_bool
     assert str(caught.value) == (
         "mock: pause_on_backpressure='sometimes' is not valid: expected true or false (1 or 0)"
     )
+
+
+def test_slots_is_unlimited_unless_asked_for_and_at_least_one() -> None:
+    assert Scenario().slots is None
+    assert resolve(Scenario(), "slots=2", None).slots == 2
+    assert resolve(Scenario(slots=4), None, {"slots": 1}).changed() == {"slots": 1}
+    with pytest.raises(ScenarioError) as caught:
+        parse_body({"slots": 0})
+    assert str(caught.value) == "mock: slots=0 is not valid: expected an integer >= 1"
