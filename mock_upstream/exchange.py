@@ -18,7 +18,8 @@ a request dropped while it waits for a slot ends ``cancelled`` without ever runn
 unary answer whose client leaves is cancelled at once (``cancelled``, no token generated after
 the disconnect). Unary answers take as long as the stream would. In unary mode ``error_after``,
 ``drop_after`` and ``end_after`` answer a provider-shaped 500 once their tokens are
-"generated"; ``malformed_after`` is ignored.
+"generated"; ``malformed_after`` is ignored. A successful unary answer is gzip-encoded when the
+request accepts gzip (:mod:`mock_upstream.encoding`); a stream never is.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from mock_upstream.bodies import read_json
+from mock_upstream.encoding import whole_answer
 from mock_upstream.errors import ApiError, status_error
 from mock_upstream.events import Event
 from mock_upstream.generation import generation_for
@@ -198,8 +200,8 @@ async def collect_whole(
 def unary_answer(
     request: Request, wire: Wire, outcome: Outcome, recorder: Recorder, record: RequestRecord
 ) -> Response:
-    """End the record of a collected answer and answer it: the body, or a provider-shaped 500 for
-    an answer a fault broke."""
+    """End the record of a collected answer and answer it: the body (gzip-encoded if the request
+    accepts gzip), or a provider-shaped 500 for an answer a fault broke."""
     if outcome.failed:
         record.status_code = 500
         recorder.finish(record, "errored", completion_tokens=record.tokens_generated)
@@ -210,7 +212,9 @@ def unary_answer(
             anthropic_kind="api_error",
             code="server_error",
         )
-    response = JSONResponse(wire.body(outcome))
+    response, record.content_encoding = whole_answer(
+        wire.body(outcome), request.headers.get("accept-encoding")
+    )
     recorder.finish(
         record,
         "completed",

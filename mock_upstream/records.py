@@ -71,7 +71,8 @@ class RequestRecord:
 
     ``queued_at`` is when the request started waiting for a slot (``None`` if it never
     waited), ``admitted_at`` when it got one (``started_at`` if it never waited, ``None`` if it
-    never got one).
+    never got one). ``content_encoding`` is how a unary answer's body was sent (``"gzip"``, or
+    ``None`` for plain; streams are never compressed).
     """
 
     id: str
@@ -93,6 +94,7 @@ class RequestRecord:
     disconnected_at: float | None = None
     queued_at: float | None = None
     admitted_at: float | None = None
+    content_encoding: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
