@@ -1,7 +1,8 @@
 """When each token goes out, and what happens at each injected fault.
 
 Token ``j`` (counting from 0) is due at ``start + ttft + j / tps``, measured against the
-event loop's clock from the moment the request arrived; a chunk of several tokens goes out
+event loop's clock from the moment the request arrived (or, if it waited for a slot, was
+admitted: :mod:`mock_upstream.slots`); a chunk of several tokens goes out
 when its last token is due. Deadlines are absolute, so small scheduling delays do not add
 up over a long stream; a stall pushes every later deadline back by its length.
 

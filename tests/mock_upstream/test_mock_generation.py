@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from mock_support import FAST, LiveServer, live_server
+from mock_support import ACTIVE, FAST, LiveServer, live_server
 
 from labkit.capture import SLOW_READER_RCVBUF
 from mock_upstream.generation import RunAhead
@@ -102,7 +102,7 @@ def test_a_reader_that_reads_nothing_leaves_sending_still_while_generation_goes_
 ) -> None:
     reader = stalled_reader(narrow_server, 71, **FLOOD)
     try:
-        record = wait_for(narrow_server, 71, lambda r: r["state"] != "running")
+        record = wait_for(narrow_server, 71, lambda r: r["state"] not in ACTIVE)
         assert record["state"] == "completed"
         assert record["tokens_generated"] == record["completion_tokens"] == TOKENS
         assert 0 < record["tokens_sent"] < LINE
@@ -131,7 +131,7 @@ def test_with_pause_on_backpressure_a_reader_that_reads_nothing_pauses_generatio
         assert record_of(narrow_server, 72) == record
     finally:
         reader.close()
-    record = wait_for(narrow_server, 72, lambda r: r["state"] != "running")
+    record = wait_for(narrow_server, 72, lambda r: r["state"] not in ACTIVE)
     assert record["state"] == "cancelled", record
     assert record["tokens_after_disconnect"] == 0
 
@@ -150,7 +150,7 @@ def test_a_reader_that_hangs_up_with_its_socket_full_stops_generation_at_once(
     finally:
         reader.close()
         closed_at = time.time()
-    record = wait_for(narrow_server, 73, lambda r: r["state"] != "running")
+    record = wait_for(narrow_server, 73, lambda r: r["state"] not in ACTIVE)
     assert record["state"] == "cancelled", record
     assert record["disconnected_at"] - closed_at < MARGIN_S
     assert record["tokens_after_disconnect"] == 0

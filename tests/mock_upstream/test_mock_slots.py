@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from mock_support import (
+    ACTIVE,
     FAST,
     USER,
     LiveServer,
@@ -60,7 +61,7 @@ def queued(record: dict[str, Any]) -> bool:
 
 
 def ended(record: dict[str, Any]) -> bool:
-    return record["state"] not in ("queued", "running")
+    return record["state"] not in ACTIVE
 
 
 class Connections:
