@@ -11,12 +11,13 @@ cell, which writes it into this file (``%%proxy_part``). Which notebook, and wha
 * 02 ``make_client``, ``chat_completions``: forward each request with one async client;
 * 03 ``sse_events``: hand on each event the moment it is complete, never a batch;
 * 04 ``while_connected``, ``read_events``, ``relay``: a client that leaves stops the upstream in
-  every window: while its request waits for the upstream's headers (the route watches it), and
-  once the body runs (the body owns the reader), before the first token and after;
+  every window: while the route waits for the upstream's headers (queued in the engine, or a
+  whole answer being generated: the route watches it), and once the body runs (the body owns
+  the reader), before the first token and after;
 * 05 ``ask_for_usage``, ``pass_on``, ``log_usage``: ask for usage, take it from the stream,
   log it once with the outcome;
 * 06 ``error_event``, ``forward_whole``: failures after the 200 become error events; failures
-  before it keep their status and ``Retry-After``; a whole answer's client that leaves is let go;
+  before it keep their status and ``Retry-After``;
 * 07 ``upstream_timeout``, ``next_item``: no 5 s default, heartbeats, an idle deadline;
 * 10 ``make_queue``: a bounded queue, so a slow client cannot grow us, and a stall deadline, so
   a client that takes nothing is let go and the upstream's generation (and its bill) stops.
@@ -247,8 +248,9 @@ async def chat_completions(request: Request) -> Response:
         "POST", CHAT_PATH, json=body, headers=upstream_headers(request)
     )
     try:
-        # Only the status line and headers, before the first token; but an engine whose slots
-        # are all busy sends none until one frees, so the client is watched meanwhile.
+        # Only the status line and headers, before the first token. They can be long coming: an
+        # engine whose slots are all busy sends none until one frees, and a whole answer comes
+        # with its headers once it is generated. So the client is watched meanwhile.
         upstream = await while_connected(request, client.send(upstream_request, stream=True))
     except ClientGone:  # left while the request waited: the upstream request was closed
         log_usage(Usage(), "cancelled")
@@ -258,10 +260,7 @@ async def chat_completions(request: Request) -> Response:
         message = f"the upstream is unreachable: {type(exc).__name__}"
         return JSONResponse(error_body(message, "upstream_error"), 502)
     if upstream.status_code >= 400 or not stream:
-        try:
-            return await while_connected(request, forward_whole(upstream))
-        except ClientGone:  # forward_whole closed the upstream and logged it
-            return client_gone()
+        return await forward_whole(upstream)
     return StreamingResponse(
         relay(upstream, client_wants_usage),
         media_type="text/event-stream",
@@ -461,15 +460,10 @@ def error_event(message: str) -> bytes:
 
 async def forward_whole(upstream: httpx.Response) -> Response:
     """A unary answer or an error before the stream: read it whole and pass on its status, body,
-    media type and ``Retry-After``; log its usage once (``error`` for a status of 400 or more).
-    If it is cancelled while it reads (the client left), close the upstream, log ``cancelled``
-    and let the cancellation go on."""
+    media type and ``Retry-After``; log its usage once (``error`` for a status of 400 or more)."""
     ### BEGIN SOLUTION
     try:
         content = await upstream.aread()  # decoded: gzip from the upstream is not the client's
-    except asyncio.CancelledError:  # the client left: while_connected cancelled us
-        log_usage(Usage(), "cancelled")
-        raise
     except httpx.HTTPError as exc:
         log_usage(Usage(), "error")
         message = f"the upstream answer failed: {type(exc).__name__}"
