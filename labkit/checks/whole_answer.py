@@ -24,6 +24,7 @@ in process (tests/grading/test_judges_whole_answer.py).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from labkit.capture import acapture_stream
@@ -122,6 +123,9 @@ class EngineObserved:
 
 
 async def observe_on_engine(ctx: CheckContext) -> EngineObserved:
+    """The books are read often only until the hang-up: after it, only sparsely (``wait_idle``),
+    because every read wakes the engine's waiting HTTP threads, and a whole answer's thread
+    checks for a gone client only after a second without a wake-up (labkit.checks.engine_books)."""
     books = ctx.books
     body = engine_body(await books.model(), max_tokens=ENGINE_TOKENS, stream=False)
     sockets = EngineSockets.for_url(ctx.upstream_url)
@@ -131,20 +135,21 @@ async def observe_on_engine(ctx: CheckContext) -> EngineObserved:
         started = await watch.until(
             lambda now: now.decoded - before.decoded >= ENGINE_HANG_UP_DECODES, ENGINE_START_S
         )
-        watched = sockets.open_ends() if sockets is not None else set()
-        hung_up_at = await request.hang_up()
         at_hang_up = watch.last
-        closed_at = None
-        if sockets is not None and watched:
-            closed_at = await sockets.closed_by_peer(watched, WAIT_S)
-        idle = await watch.until(lambda now: now.running == 0, WAIT_S + ENGINE_NOTICE_S)
-        seen = idle or watch.last
+    watched = sockets.open_ends() if sockets is not None else set()
+    hung_up_at = await request.hang_up()
+    closed_at = None
+    if sockets is not None and watched:
+        closed_at = await sockets.closed_by_peer(watched, WAIT_S)
+    idle = await books.wait_idle(WAIT_S + ENGINE_NOTICE_S)
+    idle_at = time.time() if idle is not None else None
+    seen = idle or await books.read()
     await books.wait_idle(ENGINE_IDLE_WAIT_S)
     return EngineObserved(
         started=started is not None,
         sockets_watched=sockets is not None and bool(watched),
         closed_after=None if closed_at is None else closed_at - hung_up_at,
-        idle_after=None if idle is None else idle.at - hung_up_at,
+        idle_after=None if idle_at is None else idle_at - hung_up_at,
         decoded_after_hangup=seen.decoded - at_hang_up.decoded,
     )
 
