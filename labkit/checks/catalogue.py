@@ -271,19 +271,19 @@ ENGINE_IDS: tuple[str, ...] = tuple(i for i in ALL_IDS if BY_ID[i].on_engine is 
 LANES: tuple[tuple[str, ...], ...] = (
     # error_before_first_token shares its lane with upstream_status: both leave log lines
     # without an id (the proxy never saw one), which a shared usage log cannot tell apart.
-    # cancel_queued and cancel_whole_answer log cancelled lines without an id too: they stay
-    # out of that lane.
-    ("long_stream", "upstream_status", "error_before_first_token", "integrity"),
+    # cancel_queued and cancel_whole_answer log cancelled lines without an id too: they come
+    # after them in their lane.
     (
-        "keepalive",
-        "midstream_error",
-        "cancel_before_first_token",
-        "passthrough",
+        "long_stream",
+        "upstream_status",
+        "error_before_first_token",
         "cancel_queued",
-        "keepalive_under_comments",
+        "cancel_whole_answer",
     ),
-    ("trickle", "cancel", "usage", "tool_calls", "cancel_whole_answer", "content_encoding"),
-    ("concurrency",),
+    ("keepalive", "midstream_error", "cancel_before_first_token", "passthrough", "integrity"),
+    ("trickle", "cancel", "usage", "tool_calls", "content_encoding"),
+    # keepalive_under_comments waits seconds for a first token: beside concurrency, not in it
+    ("concurrency", "keepalive_under_comments"),
     ("backpressure",),
     ("minute_stream",),  # gateway profile only: a minute of mostly waiting, beside the others
 )

@@ -7,13 +7,13 @@ queue as a sign of life, so that no heartbeat is due, and then drops it, leaves 
 no byte at all until the first token: a load balancer's idle timeout (60 s on many) then cuts the
 stream the heartbeats were meant to keep alive.
 
-Experiment: the first token is due after FIRST_TOKEN_S (8 s) and the upstream sends a comment
+Experiment: the first token is due after FIRST_TOKEN_S (6 s) and the upstream sends a comment
 every COMMENT_EVERY_MS (500 ms) meanwhile, then a short answer. The client's silence is the
 longest wait for a byte, from the request to the stream's end (the wait for the headers
 included). Pass: the stream ends with ``[DONE]`` and that silence is at most MAX_SILENCE_S: the
 lab's latest heartbeat (3 s) and a second's margin. A proxy that passes the comments on leaves
 gaps of about half a second, one that sends its own heartbeats 2 s; one that drops the comments
-and counts them as activity leaves the whole 8 s, as does one that holds the stream back.
+and counts them as activity leaves the whole 6 s, as does one that holds the stream back.
 
 Timing is the client's, in the grader's event loop: if that loop was held up for more than
 GRADER_PAUSE_S meanwhile, a long silence may be the grader's, so the result is inconclusive (and
@@ -34,7 +34,7 @@ from labkit.checks.result import CheckResult
 ID = "keepalive_under_comments"
 STEP = "07_heartbeats_and_timeouts"
 SEED = 6401
-FIRST_TOKEN_S = 8.0
+FIRST_TOKEN_S = 6.0
 COMMENT_EVERY_MS = 500
 SCENARIO = {
     "ttft_ms": int(FIRST_TOKEN_S * 1000),

@@ -7,8 +7,8 @@ timer that leaves its read of the queue running when it fires (``asyncio.wait`` 
 ever sends it. One event is lost per heartbeat, the stream still ends with ``[DONE]``, and no
 timing check notices.
 
-Experiment: a stream of TOKENS tokens whose upstream falls silent for SILENCE_S (4.5 s, under
-httpx's default 5 s read timeout, so only heartbeats happen in it) after STALL_AFTER tokens.
+Experiment: a stream of TOKENS tokens whose upstream falls silent for SILENCE_S (3 s: a 2 s
+heartbeat fires in it, and httpx's default 5 s read timeout does not) after STALL_AFTER tokens.
 The upstream's own events come from the same request sent straight to the mock (its text
 depends on the request and its seed, not its pace, so that copy is sent at full speed). The
 two are compared by their content events' text, in order (``compare``).
@@ -33,12 +33,12 @@ from labkit.wire import interpret_event
 ID = "integrity"
 STEP = "07_heartbeats_and_timeouts"
 SEED = 6501
-TOKENS = 60
-STALL_AFTER = 20
-SILENCE_S = 4.5
+TOKENS = 40
+STALL_AFTER = 15
+SILENCE_S = 3.0
 SCENARIO = {
     "ttft_ms": 200,
-    "tps": 25,
+    "tps": 40,
     "tokens": TOKENS,
     "stall_after": STALL_AFTER,
     "stall_s": SILENCE_S,
