@@ -10,6 +10,12 @@ every number below is read from the engine's own ``/metrics``:
   on: at least 100 tokens after the hang-up, five times the bound and fifty times what was
   measured. That takes 100 tokens' time: 2.6 s at 42 tokens/s, 4.8 s at 21 (measured on a
   busy machine); the test waits up to 30 s.
+- **a whole answer's hang-up costs no more than a direct client's.** 400 tokens asked, not
+  streamed; the client hangs up after 1.3 s. Nothing reads the engine for WHOLE_WATCH_S after
+  (a read wakes its waiting thread, which then never looks for the gone client): straight to
+  the engine and through the reference, the engine is idle by then (it looks once a quiet
+  second has passed: about 50 tokens decoded after the hang-up, both ways); through the
+  reference with its route's watch unwrapped it is still generating.
 - **the usage line is the engine's.** The line the proxy logs for a completed request holds the
   counts of the usage chunk the client saw, and the engine's ``tokens_predicted()`` moved by
   exactly its ``completion_tokens``.
@@ -24,6 +30,7 @@ numbers of record.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +55,8 @@ IDLE_WITHIN_S: Final = 2.0
 AT_MOST_AFTER_HANG_UP: Final = 20
 LEAKED_AT_LEAST: Final = 100
 LEAK_DEADLINE_S: Final = 30.0
+WHOLE_HANG_UP_S: Final = 1.3  # off the engine's one-second ticks
+WHOLE_WATCH_S: Final = 4.0
 USAGE_TOKENS: Final = 16
 TRICKLE_TOKENS: Final = 32
 MIN_SPREAD: Final = 0.5  # of the engine's own generation time
@@ -155,6 +164,42 @@ def test_a_proxy_whose_reader_is_detached_lets_the_engine_decode_on(
         f"expected at least {LEAKED_AT_LEAST}"
     )
     assert still_running == 1
+
+
+def whole_answer_hang_up(engine: EngineHandle, url: str) -> tuple[int, int]:
+    """Hang up on a whole 400-token answer through ``url``; read the engine once, WHOLE_WATCH_S
+    later: the tokens it decoded after the hang-up, and the requests it still runs."""
+    body = {**chat_body(HANG_UP_ASKED), "stream": False}
+    capture_stream(url + CHAT, json=body, disconnect_after_s=WHOLE_HANG_UP_S, timeout=60)
+    at_hang_up = engine.tokens_decoded()
+    time.sleep(WHOLE_WATCH_S)
+    return engine.tokens_decoded() - at_hang_up, engine.requests_running()
+
+
+@pytest.mark.slow
+def test_a_whole_answers_hang_up_costs_the_engine_what_a_direct_clients_does(
+    proxy: SubprocessServer, idle_engine: EngineHandle, tmp_path: Path
+) -> None:
+    engine = idle_engine
+    direct = whole_answer_hang_up(engine, engine.url)
+    assert engine.wait_until_idle(30.0)
+    through = whole_answer_hang_up(engine, proxy.url)
+    assert engine.wait_until_idle(30.0)
+    source, watches = re.subn(
+        r"await while_connected\(request, (.+)\)\n", r"await \1\n", REFERENCE.read_text()
+    )
+    assert watches == 1
+    (tmp_path / "unwatched.py").write_text(source)
+    with serve_proxy(tmp_path / "unwatched.py", engine, tmp_path / "usage.jsonl") as unwatched:
+        left_running = whole_answer_hang_up(engine, unwatched.url)
+    assert engine.wait_until_idle(30.0), "the engine went on after the unwatched proxy stopped"
+    print(
+        f"whole answer, (decoded after the hang-up, running {WHOLE_WATCH_S:g} s later): "
+        f"direct {direct}, reference {through}, unwatched {left_running}"
+    )
+    assert direct[1] == 0, "the engine did not notice a direct client's hang-up"
+    assert through[1] == 0, "through the reference the engine was still generating"
+    assert left_running[1] == 1, "without the watch the engine should have been generating on"
 
 
 def test_the_usage_line_is_the_engines_usage_chunk(
