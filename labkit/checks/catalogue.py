@@ -127,8 +127,8 @@ CHECKS: tuple[Check, ...] = (
         queued.BUDGET_S,
         "a disconnect while the request waits in the upstream's queue lets it drop the request",
         queued.STEP,
-        mock_only="needs an upstream whose one slot is busy on demand; the mock's slots make "
-        "that queue",
+        on_engine=queued.check_cancel_queued_on_engine,
+        engine_budget_s=queued.ENGINE_BUDGET_S,
     ),
     Check(
         whole_answer.ID,

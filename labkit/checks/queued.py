@@ -16,18 +16,30 @@ request (``cancelled``, never admitted to a slot) within MAX_STOP_S (1 s) of the
 proxy that watches needs milliseconds; one that does not keeps it queued until the slot frees,
 about three seconds later, and the mock then starts it.
 
+On a real engine (``--engine``): every slot is filled with a long answer sent straight to the
+engine, and the probe waits behind them. llama.cpp does not drop a waiting request whose client
+left (it reads its prompt once a slot frees, and notices at its first write), so its books
+cannot tell a proxy that let go from one that did not; the proxy is timed where it acts, on its
+own connection to the engine (``labkit.checks.engine_sockets``): it must close it within
+MAX_STOP_S of the client's hang-up. Without a view of the sockets (an engine elsewhere) the
+result is inconclusive.
+
 ``observe`` runs the experiment; ``judge`` decides, and is tested on constructed observations
 in process (tests/grading/test_judges_queued.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
+import httpx
+
 from labkit.capture import acapture_stream
-from labkit.checks.cancel import MAX_STOP_S
+from labkit.checks.cancel import MAX_STOP_S, WAIT_S
 from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished, ms
-from labkit.checks.engine_requests import OpenStream
+from labkit.checks.engine_requests import OpenStream, engine_body
+from labkit.checks.engine_sockets import EngineSockets
 from labkit.checks.result import CheckResult
 
 ID = "cancel_queued"
@@ -40,6 +52,17 @@ HANG_UP_S = 0.8
 ADMIT_WAIT_S = 5.0  # for the occupier to hold its slot, on a slow machine
 SETTLE_S = 6.0  # the record is watched this long after the hang-up (past the slot's freeing)
 BUDGET_S = 16.0
+ENGINE_OCCUPY_TOKENS = 400
+ENGINE_PROBE_TOKENS = 8
+ENGINE_START_S = 20.0
+ENGINE_IDLE_WAIT_S = 30.0
+ENGINE_BUDGET_S = 60.0
+
+ADVICE = (
+    "watch the client while the route waits for the upstream's headers (await them and the "
+    "client's http.disconnect together, as while_connected does), and close the upstream "
+    "request when the client leaves first."
+)
 
 result = Outcome(ID, STEP)
 
@@ -112,14 +135,89 @@ def judge(observed: Observed) -> CheckResult:
         verdict = "the upstream started the queued request after its client had left"
     else:
         verdict = "the upstream kept the queued request waiting after its client had left"
-    return result.failed(
-        verdict,
-        evidence,
-        "watch the client while the route waits for the upstream's headers (await them and the "
-        "client's http.disconnect together, as while_connected does), and close the upstream "
-        "request when the client leaves first.",
-    )
+    return result.failed(verdict, evidence, ADVICE)
 
 
 async def check_cancel_queued(ctx: CheckContext) -> CheckResult:
     return judge(await observe(ctx))
+
+
+@dataclass(frozen=True)
+class EngineObserved:
+    """On an engine: whether every slot was busy when the probe was sent, whether the proxy's
+    connection to the engine was seen, and when the proxy closed it after the hang-up (None:
+    not within WAIT_S)."""
+
+    slots_busy: bool
+    sockets_watched: bool
+    closed_after: float | None
+
+
+async def observe_on_engine(ctx: CheckContext) -> EngineObserved:
+    books = ctx.books
+    model = await books.model()
+    engine_chat = f"{ctx.upstream_url}/v1/chat/completions"
+    async with httpx.AsyncClient(timeout=10) as client:
+        slots = len((await client.get(f"{ctx.upstream_url}/slots")).json())
+    sockets = EngineSockets.for_url(ctx.upstream_url)
+    occupiers = [
+        await OpenStream(engine_chat, engine_body(model, max_tokens=ENGINE_OCCUPY_TOKENS)).start()
+        for _ in range(slots)
+    ]
+    try:
+        async with books.watch() as watch:
+            busy = await watch.until(lambda now: now.running >= slots, ENGINE_START_S)
+        before = sockets.open_ends() if sockets is not None else set()
+        probe_body = engine_body(model, max_tokens=ENGINE_PROBE_TOKENS)
+        probe = await OpenStream(ctx.chat_url, probe_body).start()
+        await asyncio.sleep(HANG_UP_S)
+        proxy_ends = (sockets.open_ends() - before) if sockets is not None else set()
+        hung_up_at = await probe.hang_up()
+        closed_at = None
+        if sockets is not None and proxy_ends:
+            closed_at = await sockets.closed_by_peer(proxy_ends, WAIT_S)
+    finally:
+        for occupier in occupiers:
+            await occupier.hang_up()
+    await books.wait_idle(ENGINE_IDLE_WAIT_S)
+    return EngineObserved(
+        slots_busy=busy is not None,
+        sockets_watched=bool(proxy_ends),
+        closed_after=None if closed_at is None else closed_at - hung_up_at,
+    )
+
+
+def judge_on_engine(observed: EngineObserved) -> CheckResult:
+    """Pass: the proxy closed its connection to the engine within MAX_STOP_S of the hang-up. Slots
+    not all busy, or the proxy's connection not seen: inconclusive."""
+    evidence: dict[str, int | str | bool | None] = {
+        "engine_slots_busy": observed.slots_busy,
+        "upstream_closed_after_hangup_ms": ms(observed.closed_after),
+    }
+    if not observed.slots_busy:
+        return result.inconclusive(
+            "inconclusive: the engine's slots were not all busy, so nothing queued",
+            f"the long answers sent to fill them had not all started within {ENGINE_START_S:g} s",
+            evidence,
+        )
+    if not observed.sockets_watched:
+        return result.inconclusive(
+            "inconclusive: the proxy's connection to the engine could not be watched",
+            "llama.cpp reads a queued prompt whether or not its client left, so only the "
+            "proxy's own connection tells; it is visible only for an engine on this machine",
+            evidence,
+        )
+    closed = observed.closed_after
+    if closed is not None and closed <= MAX_STOP_S:
+        return result.passed(
+            "the proxy let go of the queued request soon after the client left", evidence
+        )
+    return result.failed(
+        "the proxy kept the queued request waiting after its client had left",
+        evidence,
+        ADVICE,
+    )
+
+
+async def check_cancel_queued_on_engine(ctx: CheckContext) -> CheckResult:
+    return judge_on_engine(await observe_on_engine(ctx))

@@ -131,6 +131,7 @@ def test_every_check_runs_on_the_engine_or_says_in_one_line_why_not() -> None:
         "trickle",
         "cancel",
         "cancel_before_first_token",
+        "cancel_queued",
         "cancel_whole_answer",
         "usage",
         "concurrency",

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from labkit.checks.cancel import MAX_STOP_S
 from labkit.checks.context import INCONCLUSIVE_ADVICE, Record
-from labkit.checks.queued import OCCUPY_S, Observed, admitted, judge
+from labkit.checks.queued import (
+    OCCUPY_S,
+    EngineObserved,
+    Observed,
+    admitted,
+    judge,
+    judge_on_engine,
+)
 from labkit.checks.result import INCONCLUSIVE, CheckResult
 
 HUNG_UP = 101.8
@@ -150,4 +157,39 @@ def test_no_verdict_holds_a_digit() -> None:
         judge(seen(record("completed", 0.8, queued_at=None, admitted_after=-0.8), slot_held=False)),
     ]
     for result in results:
+        assert not any(c.isdigit() for c in result.verdict), result.verdict
+
+
+# On the engine: the proxy's own connection to it, timed from the client's hang-up.
+
+
+def engine_seen(
+    closed_after: float | None = 0.05, *, busy: bool = True, watched: bool = True
+) -> EngineObserved:
+    return EngineObserved(slots_busy=busy, sockets_watched=watched, closed_after=closed_after)
+
+
+def test_on_the_engine_a_connection_closed_within_the_limit_passes_and_one_just_late_fails() -> (
+    None
+):
+    assert judge_on_engine(engine_seen(MAX_STOP_S - LITTLE)).passed
+    late = judge_on_engine(engine_seen(MAX_STOP_S + LITTLE))
+    assert late.status == "failed"
+    assert late.verdict == "the proxy kept the queued request waiting after its client had left"
+    assert "while_connected" in late.hint
+
+
+def test_on_the_engine_a_connection_never_closed_fails_with_no_time() -> None:
+    result = judge_on_engine(engine_seen(None))
+    assert result.status == "failed"
+    assert dict(result.evidence) == {
+        "engine_slots_busy": True,
+        "upstream_closed_after_hangup_ms": None,
+    }
+
+
+def test_on_the_engine_slots_not_all_busy_or_sockets_unseen_are_inconclusive_not_failures() -> None:
+    for observed in (engine_seen(None, busy=False), engine_seen(None, watched=False)):
+        result = judge_on_engine(observed)
+        assert result.inconclusive
         assert not any(c.isdigit() for c in result.verdict), result.verdict
