@@ -74,6 +74,8 @@ class Parsed:
     prompt: Prompt
     stream: bool
     include_usage: bool = False
+    #: Responses only: generate to the end whatever the readers do, and keep the events.
+    background: bool = False
 
 
 @dataclass(frozen=True)

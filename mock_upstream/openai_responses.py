@@ -18,6 +18,11 @@ text part is closed, a ``refusal`` content part follows in the same message
 (``response.content_part.added``, ``response.refusal.delta`` ..., ``response.refusal.done``,
 ``response.content_part.done``), and the response is ``response.completed``. The refusal's
 words are fixed (:data:`REFUSAL`) and are not counted as completion tokens.
+
+``"background": true`` (with ``"stream": true``; without it the mock answers a 400) makes the
+answer a background response (:mod:`mock_upstream.background`): the same events, its response
+objects saying ``"background": true``, and :meth:`ResponsesWire.snapshot` says how the response
+stands at any moment, for ``GET /v1/responses/{id}`` and ``POST /v1/responses/{id}/cancel``.
 """
 
 from __future__ import annotations
@@ -117,7 +122,16 @@ def parse(body: dict[str, Any]) -> Parsed:
         tool_choice=_tool_choice(body),
         parallel_tool_calls=optional_bool(body, "parallel_tool_calls", True),
     )
-    return Parsed(prompt=prompt, stream=optional_bool(body, "stream"), include_usage=False)
+    stream = optional_bool(body, "stream")
+    background = optional_bool(body, "background")
+    if background and not stream:
+        raise bad_request(
+            'The mock runs a background response only as a stream: send "stream": true with '
+            '"background": true (a reader who leaves resumes it with GET /v1/responses/{id}'
+            "?stream=true&starting_after=N), or leave background out.",
+            "background",
+        )
+    return Parsed(prompt=prompt, stream=stream, include_usage=False, background=background)
 
 
 def _usage(usage: Usage) -> dict[str, Any]:
@@ -146,6 +160,8 @@ class ResponsesWire:
         self.texts: dict[int, str] = {}  # part index -> text or arguments so far
         self.refusal_deltas = scenario.refusal_deltas
         self.refusals: dict[int, str] = {}  # part index -> refusal said in that message
+        self.background = parsed.background
+        self.final: dict[str, Any] | None = None  # the response object of the terminal event
 
     # -- building blocks ----------------------------------------------------------------
     def _event(self, kind: str, **fields: Any) -> str:
@@ -158,6 +174,7 @@ class ResponsesWire:
             "id": self.id,
             "object": "response",
             "created_at": self.created,
+            **({"background": True} if self.background else {}),
             "status": status,
             "error": None,
             "incomplete_details": None,
@@ -173,6 +190,11 @@ class ResponsesWire:
             "usage": None,
             **fields,
         }
+
+    def _terminal(self, kind: str, response: dict[str, Any]) -> str:
+        """The event that ends the answer; its response object is the final one."""
+        self.final = response
+        return self._event(kind, response=response)
 
     def _item(self, index: int, part: Part, status: str) -> dict[str, Any]:
         text = self.texts.get(index, "")
@@ -322,10 +344,10 @@ class ResponsesWire:
             if event.reason == "refusal" and self.refusal_deltas:
                 frames = self._refuse()
                 response = self._response("completed", output=self.items, usage=_usage(event.usage))
-                return frames + self._event("response.completed", response=response)
+                return frames + self._terminal("response.completed", response)
             if event.reason in ("stop", "tool_calls"):
                 response = self._response("completed", output=self.items, usage=_usage(event.usage))
-                return self._event("response.completed", response=response)
+                return self._terminal("response.completed", response)
             reason = "max_output_tokens" if event.reason == "length" else "content_filter"
             frames = self._close_open("incomplete")
             response = self._response(
@@ -334,7 +356,7 @@ class ResponsesWire:
                 usage=_usage(event.usage),
                 incomplete_details={"reason": reason},
             )
-            return frames + self._event("response.incomplete", response=response)
+            return frames + self._terminal("response.incomplete", response)
         if isinstance(event, Failed):
             # A failure before the first token still comes after response.created: the
             # Responses grammar opens every stream with it.
@@ -348,11 +370,26 @@ class ResponsesWire:
             response = self._response(
                 "failed", output=self.items, usage=_usage(event.usage), error=error
             )
-            return frames + self._event("response.failed", response=response)
+            return frames + self._terminal("response.failed", response)
         if isinstance(event, Malformed):
             return 'event: response.output_text.delta\ndata: {"type":"response.output_te\n\n'
         assert isinstance(event, Dropped | Ended)
         return ""
+
+    # -- a background response as it stands --------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The response object now: ``queued`` before the answer opens, ``in_progress`` with
+        the output items finished so far, then the one its terminal event carried (or the
+        cancelled one)."""
+        if self.final is not None:
+            return self.final
+        return self._response("in_progress" if self.opened else "queued", output=list(self.items))
+
+    def cancel(self) -> dict[str, Any]:
+        """The answer was cancelled: from now on the response is ``cancelled``, with the output
+        items finished before it and no usage (as OpenAI answers a cancel)."""
+        self.final = self._response("cancelled", output=list(self.items))
+        return self.final
 
     def body(self, outcome: Outcome) -> dict[str, Any]:
         for index, (part, text) in enumerate(outcome.parts):

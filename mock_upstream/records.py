@@ -73,6 +73,14 @@ class RequestRecord:
     waited), ``admitted_at`` when it got one (``started_at`` if it never waited, ``None`` if it
     never got one). ``content_encoding`` is how a unary answer's body was sent (``"gzip"``, or
     ``None`` for plain; streams are never compressed).
+
+    ``background`` is true for a Responses request sent with ``"background": true``
+    (:mod:`mock_upstream.background`): its generation does not depend on any reader, so a
+    reader that leaves neither ends the record nor sets ``disconnected_at``; it stays
+    ``running`` until the answer ends (``completed``, ``errored``), or ``cancelled`` by
+    ``POST /v1/responses/{id}/cancel``. Its ``tokens_sent`` counts what every reader's socket
+    took, so a token that a reader's socket took but the reader never read (it hung up), and
+    that it read again on resuming, counts twice.
     """
 
     id: str
@@ -82,6 +90,7 @@ class RequestRecord:
     prompt_tokens: int
     model: str = ""
     scenario: dict[str, Any] = field(default_factory=dict)
+    background: bool = False
     state: State = "running"
     status_code: int = 200
     tokens_generated: int = 0
