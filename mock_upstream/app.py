@@ -2,19 +2,23 @@
 
 ``create_app()`` builds a fresh app each time; everything it remembers lives on
 ``app.state.mock`` (a :class:`~mock_upstream.exchange.MockState`), so two apps in one process
-keep separate records and metrics.
+keep separate records and metrics (and background responses).
+
+Besides the three APIs, the Responses API's own resume and cancel for background responses
+(:mod:`mock_upstream.background`): ``GET /v1/responses/{id}`` (``?stream=true&starting_after=N``
+for the events after N) and ``POST /v1/responses/{id}/cancel``.
 """
 
 from __future__ import annotations
 
 import hmac
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from mock_upstream import anthropic_messages, openai_chat, openai_responses
+from mock_upstream import anthropic_messages, background, openai_chat, openai_responses
 from mock_upstream.errors import ApiError, install_handlers
 from mock_upstream.exchange import ApiSpec, MockState, answer
 from mock_upstream.records import Recorder
@@ -55,11 +59,17 @@ MESSAGES: Final = ApiSpec(
 )
 
 
-def create_app(defaults: Scenario | None = None, *, debug_token: str | None = None) -> FastAPI:
+def create_app(
+    defaults: Scenario | None = None,
+    *,
+    debug_token: str | None = None,
+    background_keep_s: float = background.DEFAULT_KEEP_S,
+) -> FastAPI:
     """A new mock upstream app; ``defaults`` is the scenario every request starts from.
 
     ``debug_token`` keeps ``/debug/*`` and ``/metrics`` to clients that send it in
-    ``X-Mock-Debug-Token`` (others get a 403 in OpenAI's error shape)."""
+    ``X-Mock-Debug-Token`` (others get a 403 in OpenAI's error shape). A background response
+    stays readable ``background_keep_s`` seconds after it ends (OpenAI: about ten minutes)."""
 
     def debug_access(request: Request) -> None:
         if debug_token is None:
@@ -83,7 +93,11 @@ def create_app(defaults: Scenario | None = None, *, debug_token: str | None = No
         lifespan=quiet_while_serving,
     )
     recorder = Recorder(model=openai_chat.DEFAULT_MODEL)  # its vllm: series exist from the start
-    app.state.mock = MockState(defaults=defaults or Scenario(), recorder=recorder)
+    app.state.mock = MockState(
+        defaults=defaults or Scenario(),
+        recorder=recorder,
+        background=background.BackgroundResponses(recorder, keep_s=background_keep_s),
+    )
     app.state.recorder = app.state.mock.recorder
     app.state.registry = app.state.mock.recorder.registry
     install_handlers(app)
@@ -95,6 +109,25 @@ def create_app(defaults: Scenario | None = None, *, debug_token: str | None = No
     @app.post("/v1/responses")
     async def responses(request: Request) -> Response:
         return await answer(request, RESPONSES)
+
+    @app.get("/v1/responses/{response_id}")
+    async def retrieve_response(
+        request: Request,
+        response_id: str,
+        stream: bool = False,
+        starting_after: Annotated[int | None, Query(ge=0)] = None,
+    ) -> Response:
+        state: MockState = request.app.state.mock
+        kept = state.background.get(response_id)
+        if not stream:
+            return JSONResponse(kept.snapshot())
+        after = -1 if starting_after is None else starting_after
+        return background.stream(kept, after, state.recorder)
+
+    @app.post("/v1/responses/{response_id}/cancel")
+    async def cancel_response(request: Request, response_id: str) -> JSONResponse:
+        state: MockState = request.app.state.mock
+        return JSONResponse(await state.background.get(response_id).cancel())
 
     @app.post("/v1/messages")
     async def messages(request: Request) -> Response:
@@ -124,6 +157,7 @@ def create_app(defaults: Scenario | None = None, *, debug_token: str | None = No
     async def debug_reset(request: Request) -> dict[str, Any]:
         recorder: Recorder = request.app.state.mock.recorder
         recorder.reset()
+        request.app.state.mock.background.reset()
         return {"reset": True, "running": recorder.running, "waiting": recorder.waiting}
 
     @app.get("/healthz")
