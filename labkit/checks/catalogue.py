@@ -271,17 +271,11 @@ ENGINE_IDS: tuple[str, ...] = tuple(i for i in ALL_IDS if BY_ID[i].on_engine is 
 LANES: tuple[tuple[str, ...], ...] = (
     # error_before_first_token shares its lane with upstream_status: both leave log lines
     # without an id (the proxy never saw one), which a shared usage log cannot tell apart.
-    # cancel_queued and cancel_whole_answer log cancelled lines without an id too: they come
-    # after them in their lane.
-    (
-        "long_stream",
-        "upstream_status",
-        "error_before_first_token",
-        "cancel_queued",
-        "cancel_whole_answer",
-    ),
+    # cancel_whole_answer and cancel_queued log cancelled lines without an id too: each comes
+    # after the checks of its lane that read the log.
+    ("long_stream", "upstream_status", "error_before_first_token", "cancel_whole_answer"),
     ("keepalive", "midstream_error", "cancel_before_first_token", "passthrough", "integrity"),
-    ("trickle", "cancel", "usage", "tool_calls", "content_encoding"),
+    ("trickle", "cancel", "usage", "tool_calls", "cancel_queued", "content_encoding"),
     # keepalive_under_comments waits seconds for a first token: beside concurrency, not in it
     ("concurrency", "keepalive_under_comments"),
     ("backpressure",),

@@ -38,15 +38,19 @@ from labkit.grading.rubric import Rubric, RubricError
 CPU = 0.5
 MEMORY_MB = 768
 # The reference, and broken proxies whose failing checks measure time or flow: each timed check
-# (backpressure, concurrency, keepalive, trickle, both cancels) is failed by one of them.
+# (backpressure, concurrency, both keepalives, trickle, the cancels of every window) is failed by
+# one of them.
 CHOSEN = ["reference", "blocking_client", "buffering", "no_cancel"]
 TIMED = {
     "backpressure",
     "concurrency",
     "keepalive",
+    "keepalive_under_comments",
     "trickle",
     "cancel",
     "cancel_before_first_token",
+    "cancel_queued",
+    "cancel_whole_answer",
 }
 JOBS = 4  # four cgroups of half a CPU each fill the machine's two, as containers fill a host
 
