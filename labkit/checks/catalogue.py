@@ -273,8 +273,14 @@ LANES: tuple[tuple[str, ...], ...] = (
     # without an id (the proxy never saw one), which a shared usage log cannot tell apart.
     # cancel_whole_answer and cancel_queued log cancelled lines without an id too: each comes
     # after the checks of its lane that read the log.
-    ("long_stream", "upstream_status", "error_before_first_token", "cancel_whole_answer"),
-    ("keepalive", "midstream_error", "cancel_before_first_token", "passthrough", "integrity"),
+    (
+        "long_stream",
+        "upstream_status",
+        "error_before_first_token",
+        "cancel_whole_answer",
+        "passthrough",
+    ),
+    ("keepalive", "midstream_error", "cancel_before_first_token", "integrity"),
     ("trickle", "cancel", "usage", "tool_calls", "cancel_queued", "content_encoding"),
     # keepalive_under_comments waits seconds for a first token: beside concurrency, not in it
     ("concurrency", "keepalive_under_comments"),
