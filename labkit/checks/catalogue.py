@@ -272,13 +272,14 @@ LANES: tuple[tuple[str, ...], ...] = (
     # error_before_first_token shares its lane with upstream_status: both leave log lines
     # without an id (the proxy never saw one), which a shared usage log cannot tell apart.
     # cancel_whole_answer and cancel_queued log cancelled lines without an id too: each comes
-    # after the checks of its lane that read the log.
+    # after the checks of its lane that read the log. cancel_whole_answer comes last: a proxy
+    # that blocks its event loop is still stuck in the whole answer for seconds after it.
     (
         "long_stream",
         "upstream_status",
         "error_before_first_token",
-        "cancel_whole_answer",
         "passthrough",
+        "cancel_whole_answer",
     ),
     ("keepalive", "midstream_error", "cancel_before_first_token", "integrity"),
     ("trickle", "cancel", "usage", "tool_calls", "cancel_queued", "content_encoding"),
