@@ -56,7 +56,7 @@ from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished, ms
 from labkit.checks.engine_requests import OpenStream, engine_body, measure_prompt_rate
 from labkit.checks.engine_sockets import EngineSockets
-from labkit.checks.result import CheckResult, Evidence
+from labkit.checks.result import CheckResult
 from mock_upstream.scenario import DEFAULT_TPS
 
 STEP = "04_cancel_on_disconnect"
@@ -190,15 +190,6 @@ def _stopped_in_time(record: Record, hung_up_at: float) -> bool:
     )
 
 
-def _never_reached(outcome: Outcome, evidence: Evidence) -> CheckResult:
-    return outcome.failed(
-        "the request never reached the upstream",
-        evidence,
-        "forward POST /v1/chat/completions to the upstream with its JSON body.",
-        step="02_forwarding_proxy",
-    )
-
-
 async def observe_cancel(ctx: CheckContext) -> HungUp:
     return await _hang_up(ctx, CANCEL_SEED, CANCEL_SCENARIO, CANCEL_AFTER_S)
 
@@ -207,7 +198,7 @@ def judge_cancel(observed: HungUp) -> CheckResult:
     """Pass: the mock recorded the request ``cancelled`` within MAX_STOP_S of the hang-up."""
     hung_up_at, record = observed.hung_up_at, observed.record
     if record is None:
-        return _never_reached(cancel_result, {})
+        return cancel_result.never_reached({})
     evidence = _evidence(hung_up_at, record)
     if _stopped_in_time(record, hung_up_at):
         return cancel_result.passed("the upstream stopped soon after the client left", evidence)
@@ -230,7 +221,7 @@ def judge_cancel_before_first_token(observed: HungUp) -> CheckResult:
     """Pass: the mock recorded ``cancelled`` within MAX_STOP_S of the hang-up, no token made."""
     hung_up_at, record = observed.hung_up_at, observed.record
     if record is None:
-        return _never_reached(early_result, {})
+        return early_result.never_reached({})
     evidence = _evidence(hung_up_at, record)
     if _stopped_in_time(record, hung_up_at) and not record.get("tokens_generated"):
         return early_result.passed(
@@ -311,7 +302,7 @@ def _never_started(observed: EngineNeverStarted) -> CheckResult:
             f"it decoded {observed.decoded} times in {ENGINE_START_S:g} s",
             evidence,
         )
-    return _never_reached(cancel_result, evidence)
+    return cancel_result.never_reached(evidence)
 
 
 async def observe_cancel_before_first_token_on_engine(ctx: CheckContext) -> EngineEarly:
@@ -358,7 +349,7 @@ def judge_cancel_before_first_token_on_engine(observed: EngineEarly) -> CheckRes
     }
     nothing_spent = observed.prompt_tokens_read == 0 and observed.tokens_generated == 0
     if nothing_spent and observed.status is None:
-        return _never_reached(early_result, evidence)
+        return early_result.never_reached(evidence)
     if observed.sockets_watched:
         stopped = closed_after is not None and closed_after <= MAX_STOP_S
     else:  # no view of the sockets: the engine's idle time, with its own notice allowed

@@ -96,12 +96,7 @@ def judge(observed: Observed) -> CheckResult:
     MAX_SILENCE_S for a byte. A longer wait while the grader's loop was held up for more than
     GRADER_PAUSE_S: inconclusive."""
     if not observed.reached_upstream:
-        return result.failed(
-            "the request never reached the upstream",
-            {"status": observed.status},
-            "forward POST /v1/chat/completions to the upstream with its JSON body.",
-            step="02_forwarding_proxy",
-        )
+        return result.never_reached({"status": observed.status})
     silence = longest_silence(observed.arrivals)
     evidence = {
         "terminal": observed.terminal,

@@ -142,6 +142,15 @@ class Outcome:
         hint = f"{step or self.step}: {advice}"
         return CheckResult(self.id, False, verdict, _rounded(evidence), hint)
 
+    def never_reached(self, evidence: Evidence) -> CheckResult:
+        """The fail of a request the upstream never saw: the forwarding of notebook 02."""
+        return self.failed(
+            "the request never reached the upstream",
+            evidence,
+            "forward POST /v1/chat/completions to the upstream with its JSON body.",
+            step="02_forwarding_proxy",
+        )
+
     def skipped(self, verdict: str, advice: str) -> CheckResult:
         return CheckResult(self.id, False, verdict, {}, advice, skipped=True)
 

@@ -97,12 +97,7 @@ def judge(observed: Observed) -> CheckResult:
     alone when no usage log was written at all)."""
     sdk = observed.sdk
     if not observed.reached_upstream:
-        return result.failed(
-            "the request never reached the upstream",
-            {"sdk_ending": sdk.ending},
-            "forward POST /v1/chat/completions to the upstream with its JSON body.",
-            step="02_forwarding_proxy",
-        )
+        return result.never_reached({"sdk_ending": sdk.ending})
     evidence: dict[str, Any] = {
         "sdk_ending": sdk.ending,
         "sdk_chunks": sdk.chunks,

@@ -123,12 +123,7 @@ async def observe(ctx: CheckContext) -> Observed:
 def judge(observed: Observed) -> CheckResult:
     """Pass: the stream ended with ``[DONE]`` and its content events equal the upstream's."""
     if observed.sent is None:
-        return result.failed(
-            "the request never reached the upstream",
-            {"status": observed.status},
-            "forward POST /v1/chat/completions to the upstream with its JSON body.",
-            step="02_forwarding_proxy",
-        )
+        return result.never_reached({"status": observed.status})
     difference = compare(observed.sent, observed.received)
     evidence: Evidence = {
         "terminal": observed.terminal,

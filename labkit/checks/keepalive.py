@@ -95,12 +95,7 @@ def judge(observed: Observed) -> CheckResult:
     upstream's silence: the stream was held back. Comments that came late while the grader's
     loop was held up over GRADER_PAUSE_S: inconclusive."""
     if not observed.reached_upstream:
-        return result.failed(
-            "the request never reached the upstream",
-            {"status": observed.status},
-            "forward POST /v1/chat/completions to the upstream with its JSON body.",
-            step="02_forwarding_proxy",
-        )
+        return result.never_reached({"status": observed.status})
     silence = _silence(list(observed.token_times))
     during: list[float] = []
     if silence is not None:

@@ -104,12 +104,7 @@ def judge(observed: Observed) -> CheckResult:
     MAX_STOP_S of the hang-up. An occupier that never held the slot: inconclusive."""
     record = observed.record
     if record is None:
-        return result.failed(
-            "the request never reached the upstream",
-            {},
-            "forward POST /v1/chat/completions to the upstream with its JSON body.",
-            step="02_forwarding_proxy",
-        )
+        return result.never_reached({})
     ended = record.get("ended_at")
     evidence = {
         "upstream_state": record.get("state"),
