@@ -9,10 +9,11 @@ names the notebook step teaching the fix::
     for result in run_checks(proxy.url, upstream_url=upstream.url, only=["trickle"]):
         print(result)
 
-Ids: trickle, cancel, cancel_before_first_token, usage, midstream_error, upstream_status,
-long_stream, keepalive, concurrency, backpressure, passthrough, error_before_first_token,
-tool_calls. Each check's module docstring describes its
-experiment and why a correct and a broken proxy land far apart.
+Ids, in catalogue order: trickle, cancel, cancel_before_first_token, cancel_queued,
+cancel_whole_answer, usage, midstream_error, upstream_status, content_encoding, long_stream,
+keepalive, keepalive_under_comments, integrity, concurrency, backpressure, passthrough,
+error_before_first_token, tool_calls. Each check's module docstring describes its experiment and
+why a correct and a broken proxy land far apart.
 
 Verdicts depend on the property, not on the grader's speed: counts of tokens, states and ratios
 of the experiment's own times where possible, and wide margins where a time is the measure. A
