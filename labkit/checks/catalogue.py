@@ -272,8 +272,8 @@ LANES: tuple[tuple[str, ...], ...] = (
     # error_before_first_token shares its lane with upstream_status: both leave log lines
     # without an id (the proxy never saw one), which a shared usage log cannot tell apart.
     # cancel_whole_answer and cancel_queued log cancelled lines without an id too: each comes
-    # after the checks of its lane that read the log. cancel_whole_answer comes last: a proxy
-    # that blocks its event loop is still stuck in the whole answer for seconds after it.
+    # after the checks of its lane that read the log, and last in its lane: a proxy that blocks
+    # its event loop is still stuck in the whole answer, or in the queue, for seconds after.
     (
         "long_stream",
         "upstream_status",
@@ -281,8 +281,8 @@ LANES: tuple[tuple[str, ...], ...] = (
         "passthrough",
         "cancel_whole_answer",
     ),
-    ("keepalive", "midstream_error", "cancel_before_first_token", "integrity"),
-    ("trickle", "cancel", "usage", "tool_calls", "cancel_queued", "content_encoding"),
+    ("keepalive", "midstream_error", "cancel_before_first_token", "integrity", "cancel_queued"),
+    ("trickle", "cancel", "usage", "tool_calls", "content_encoding"),
     # keepalive_under_comments waits seconds for a first token: beside concurrency, not in it
     ("concurrency", "keepalive_under_comments"),
     ("backpressure",),
