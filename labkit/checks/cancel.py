@@ -168,20 +168,24 @@ def tokens_after_hang_up(record: Record, hung_up_at: float) -> int:
     return max(0, generated - (1 + int((hung_up_at - first) * tps)))
 
 
+def stop_after_hang_up_ms(record: Record, hung_up_at: float) -> int | None:
+    """How long after the hang-up the upstream's record ended, in ms (None: not ended)."""
+    stopped = record.get("ended_at") if finished(record) else None
+    # clocks a millisecond apart can put the stop a hair before the hang-up: that is 0
+    return None if stopped is None else max(0, ms(stopped - hung_up_at) or 0)
+
+
 def _evidence(hung_up_at: float, record: Record) -> dict[str, int | str | None]:
-    stopped = record.get("ended_at") if record.get("state") != "running" else None
     return {
         "upstream_state": record.get("state"),
-        # clocks a millisecond apart can put the stop a hair before the hang-up: that is 0
-        "upstream_stop_after_hangup_ms": None
-        if stopped is None
-        else max(0, ms(stopped - hung_up_at) or 0),
+        "upstream_stop_after_hangup_ms": stop_after_hang_up_ms(record, hung_up_at),
         "tokens_generated": record.get("tokens_generated"),
         "tokens_after_hang_up": tokens_after_hang_up(record, hung_up_at),
     }
 
 
-def _stopped_in_time(record: Record, hung_up_at: float) -> bool:
+def stopped_in_time(record: Record, hung_up_at: float) -> bool:
+    """The record ended ``cancelled`` within MAX_STOP_S of the hang-up."""
     ended = record.get("ended_at")
     return (
         record.get("state") == "cancelled"
@@ -200,7 +204,7 @@ def judge_cancel(observed: HungUp) -> CheckResult:
     if record is None:
         return cancel_result.never_reached({})
     evidence = _evidence(hung_up_at, record)
-    if _stopped_in_time(record, hung_up_at):
+    if stopped_in_time(record, hung_up_at):
         return cancel_result.passed("the upstream stopped soon after the client left", evidence)
     if record.get("state") == "running":
         verdict = "the upstream kept generating after the client left"
@@ -223,7 +227,7 @@ def judge_cancel_before_first_token(observed: HungUp) -> CheckResult:
     if record is None:
         return early_result.never_reached({})
     evidence = _evidence(hung_up_at, record)
-    if _stopped_in_time(record, hung_up_at) and not record.get("tokens_generated"):
+    if stopped_in_time(record, hung_up_at) and not record.get("tokens_generated"):
         return early_result.passed(
             "the upstream stopped before its first token when the client left", evidence
         )

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import httpx
 
 from labkit.capture import acapture_stream
-from labkit.checks.cancel import MAX_STOP_S, WAIT_S
+from labkit.checks.cancel import MAX_STOP_S, WAIT_S, stop_after_hang_up_ms, stopped_in_time
 from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished, ms
 from labkit.checks.engine_requests import OpenStream, engine_body
 from labkit.checks.engine_sockets import EngineSockets
@@ -105,18 +105,15 @@ def judge(observed: Observed) -> CheckResult:
     record = observed.record
     if record is None:
         return result.never_reached({})
-    ended = record.get("ended_at")
     evidence = {
         "upstream_state": record.get("state"),
-        "upstream_stop_after_hangup_ms": None
-        if ended is None
-        else max(0, ms(ended - observed.hung_up_at) or 0),
+        "upstream_stop_after_hangup_ms": stop_after_hang_up_ms(record, observed.hung_up_at),
         "admitted_to_a_slot": record.get("admitted_at") is not None,
         "tokens_generated": record.get("tokens_generated"),
         "slot_busy_for_ms": ms(OCCUPY_S),
     }
-    dropped = record.get("state") == "cancelled" and record.get("admitted_at") is None
-    if dropped and ended is not None and ended - observed.hung_up_at <= MAX_STOP_S:
+    never_admitted = record.get("admitted_at") is None
+    if never_admitted and stopped_in_time(record, observed.hung_up_at):
         return result.passed(
             "the upstream dropped the queued request soon after the client left", evidence
         )

@@ -28,7 +28,14 @@ import time
 from dataclasses import dataclass
 
 from labkit.capture import acapture_stream
-from labkit.checks.cancel import ENGINE_IDLE_WAIT_S, ENGINE_NOTICE_S, MAX_STOP_S, WAIT_S
+from labkit.checks.cancel import (
+    ENGINE_IDLE_WAIT_S,
+    ENGINE_NOTICE_S,
+    MAX_STOP_S,
+    WAIT_S,
+    stop_after_hang_up_ms,
+    stopped_in_time,
+)
 from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished, ms
 from labkit.checks.engine_requests import OpenStream, engine_body
 from labkit.checks.engine_sockets import EngineSockets
@@ -78,17 +85,13 @@ def judge(observed: Observed) -> CheckResult:
     record = observed.record
     if record is None:
         return result.never_reached({})
-    ended = record.get("ended_at") if finished(record) else None
     evidence = {
         "upstream_state": record.get("state"),
-        "upstream_stop_after_hangup_ms": None
-        if ended is None
-        else max(0, ms(ended - observed.hung_up_at) or 0),
+        "upstream_stop_after_hangup_ms": stop_after_hang_up_ms(record, observed.hung_up_at),
         "tokens_generated": record.get("tokens_generated"),
         "tokens_asked": TOKENS,
     }
-    cancelled = record.get("state") == "cancelled"
-    if cancelled and ended is not None and ended - observed.hung_up_at <= MAX_STOP_S:
+    if stopped_in_time(record, observed.hung_up_at):
         return result.passed(
             "the upstream stopped the whole answer soon after the client left", evidence
         )
