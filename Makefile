@@ -61,14 +61,17 @@ lab: $(STAMP)
 
 test: system-packages engine lint typecheck unit nbval
 
-# The tests drive a real nginx and curl, and a real engine that cmake and g++ build; the grader
+# The tests drive a real nginx and curl, a real Redis (notebook 15 and the resumable-stream
+# tests start their own redis-server on a free port: labkit.servers.redis), and a real engine
+# that cmake and g++ build; the grader
 # sandboxes learner code with bubblewrap where Linux allows it (its tests skip, saying why, where
 # it cannot); tests/browser and the browser-chat
 # notebook drive the chat page in the system's Chromium (skipped, saying why, without it).
-# Installed here when missing and we may (root, apt-get), without starting nginx's packaged
-# service; otherwise a missing required one stops at once with what to install. Pairs are
-# command:package.
-SYSTEM_PACKAGES := curl:curl nginx:nginx cmake:cmake g++:g++
+# Installed here when missing and we may (root, apt-get), behind a policy-rc.d that exits 101 so
+# that no packaged service (nginx's, redis-server's) starts; a policy-rc.d already there (Docker
+# images ship one) is left as it is. Otherwise a missing required one stops at once with what to
+# install. Pairs are command:package.
+SYSTEM_PACKAGES := curl:curl nginx:nginx redis-server:redis-server cmake:cmake g++:g++
 OPTIONAL_PACKAGES := bwrap:bubblewrap chromium:chromium
 system-packages:
 	@missing=""; optional=""; \
@@ -78,13 +81,16 @@ system-packages:
 	  command -v $$c >/dev/null 2>&1 || optional="$$optional $$p"; done; \
 	if [ -n "$$missing$$optional" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "installing$$missing$$optional with apt-get"; \
-	  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d; \
+	  created=""; [ -e /usr/sbin/policy-rc.d ] || { created=1; \
+	    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d; }; \
 	  DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	    $$missing $$optional >/dev/null; status=$$?; rm -f /usr/sbin/policy-rc.d; exit $$status; \
+	    $$missing $$optional >/dev/null; status=$$?; \
+	  [ -z "$$created" ] || rm -f /usr/sbin/policy-rc.d; exit $$status; \
 	elif [ -n "$$missing" ]; then \
 	  echo "make test needs$$missing: install it (Debian/Ubuntu: sudo apt-get install$$missing;" \
-	       "macOS: brew install$$missing; conda: see environment.yml), then run make test again."; \
+	       "macOS: brew install$$(echo "$$missing" | sed 's/redis-server/redis/');" \
+	       "conda: see environment.yml), then run make test again."; \
 	  exit 2; \
 	elif [ -n "$$optional" ]; then \
 	  echo "note: without$$optional the sandbox or browser tests are skipped (Linux: apt-get install$$optional)"; \
