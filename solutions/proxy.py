@@ -20,9 +20,15 @@ cell, which writes it into this file (``%%proxy_part``). Which notebook, and wha
   before it keep their status and ``Retry-After``;
 * 07 ``upstream_timeout``, ``next_item``: no 5 s default, heartbeats, an idle deadline;
 * 10 ``make_queue``: a bounded queue, so a slow client cannot grow us, and a stall deadline, so
-  a client that takes nothing is let go and the upstream's generation (and its bill) stops.
+  a client that takes nothing is let go and the upstream's generation (and its bill) stops;
+* 15 ``produce``, ``follow``, ``resume_stream``, ``stop_stream``: a stream the client asked to be
+  resumable (``X-Resumable: true``) outlives its connection: a replay log keeps its events, a
+  client that comes back with ``Last-Event-ID`` gets what it missed, and an explicit Stop (or
+  nobody back within a grace period) cancels the upstream.
 
-Everything else (settings, types, request checks, the app) is given.
+Everything else (settings, types, request checks, the app, the replay logs) is given. With
+``REDIS_URL`` set, the replay log is a Redis stream per answer, so replicas resume each other's
+streams; without it, it lives in this process.
 
 Run it: ``UPSTREAM_URL=http://127.0.0.1:8001 uvicorn proxy:app --port 8000``.
 """
@@ -30,20 +36,25 @@ Run it: ``UPSTREAM_URL=http://127.0.0.1:8001 uvicorn proxy:app --port 8000``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
+import secrets
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
-from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from contextlib import aclosing, asynccontextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, TypeVar, cast
 
 import httpx
+import redis.asyncio as aioredis
+import redis.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse as StarletteStreamingResponse
-from starlette.types import Send
+from starlette.types import Receive, Scope, Send
 
 # ---------------------------------------------------------------------------------------------
 # Settings (given)
@@ -71,6 +82,19 @@ MAX_BODY_BYTES = 1_000_000
 # Not Accept-Encoding: httpx asks the upstream for the encodings it decodes, and hands us the
 # decoded body, whatever the client accepts.
 FORWARDED_HEADERS = ("authorization", "x-mock-scenario")
+
+# Resumable streams (15). A client opts in per request with this header set to "true".
+RESUMABLE_HEADER = "x-resumable"
+STREAMS_PATH = "/v1/streams"
+# A resumable answer whose client has gone goes on for this long; nobody back by then cancels it.
+RESUME_GRACE_S = float(os.environ.get("RESUME_GRACE_S", "10"))
+# The replay log keeps at most this many events of one answer, for this long after its last one.
+REPLAY_EVENTS = int(os.environ.get("REPLAY_EVENTS", "4096"))
+REPLAY_KEEP_S = float(os.environ.get("REPLAY_KEEP_S", "300"))
+# How often a running answer asks the log whether anybody is still reading it.
+WATCH_S = 0.25
+# With this set the replay logs live in Redis, shared by every replica; without, in this process.
+REDIS_URL = os.environ.get("REDIS_URL")
 
 HEARTBEAT = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
@@ -127,6 +151,219 @@ def event_data(event: str) -> str:
     """The data of one SSE event: its ``data:`` lines' values, joined by newlines."""
     lines = event.split("\n")
     return "\n".join(line[5:].removeprefix(" ") for line in lines if line.startswith("data:"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Replay logs (given): where a resumable answer's events wait for a client that comes back (15).
+#
+# A log holds, per answer, its events numbered from 1, and last an end (``None``). Every follower
+# of the answer reads it from its own cursor; the answer's producer appends to it and asks it
+# whether anybody still reads, and whether somebody pressed Stop.
+
+Entry = tuple[int, bytes | None]  # (sequence number, the event's bytes); None: the answer is over
+
+
+class NotKept(Exception):
+    """The log has no such answer (never, or no longer), or no longer the events asked for."""
+
+
+class LogFailed(Exception):
+    """The replay log could not be reached (Redis is down or unreachable)."""
+
+
+class ReplayLog(Protocol):
+    async def open(self, stream_id: str) -> None:
+        """Start an answer's log, empty, read by its first client from now on."""
+
+    async def append(self, stream_id: str, seq: int, event: bytes | None) -> None:
+        """Add event ``seq`` (``None``: the end), dropping the oldest past ``REPLAY_EVENTS``."""
+
+    async def read(self, stream_id: str, after: int, wait_s: float) -> list[Entry]:
+        """The entries after ``after``; if there are none yet, wait up to ``wait_s`` for some
+        ([] if none came). Counts as somebody reading the answer, for ``wait_s`` and the grace
+        period after. Raises ``NotKept`` for an unknown answer or events no longer kept."""
+
+    async def watched(self, stream_id: str) -> bool:
+        """Whether anybody has read the answer within the grace period (or is reading it)."""
+
+    async def stop(self, stream_id: str) -> bool:
+        """Ask the answer's producer, wherever it runs, to stop; False for an unknown answer."""
+
+    async def stopped(self, stream_id: str) -> None:
+        """Return once somebody asked the answer to stop."""
+
+    async def close(self) -> None:
+        """Let go of what the log holds open."""
+
+
+@dataclass
+class _Kept:
+    events: deque[Entry]
+    grew: asyncio.Event = field(default_factory=asyncio.Event)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    read_until: float = 0.0  # when the last reader's wait ends; the grace period counts from it
+
+
+def _check_cursor(after: int, first: int, last: int) -> None:
+    """Raise ``NotKept`` unless a log holding events ``first`` to ``last`` can give all the
+    events after ``after``."""
+    if after + 1 < first:
+        raise NotKept(f"the events after {after} are no longer kept (the log starts at {first})")
+    if after > last:
+        raise NotKept(f"there is no event {after}: the last one so far is {last}")
+
+
+class MemoryLog:
+    """Replay logs in this process: one bounded deque per answer, dropped ``REPLAY_KEEP_S``
+    after its end. Only this process can resume its answers."""
+
+    def __init__(self, max_events: int, keep_s: float, grace_s: float) -> None:
+        self.max_events, self.keep_s, self.grace_s = max_events, keep_s, grace_s
+        self.answers: dict[str, _Kept] = {}
+        self.clock = asyncio.get_running_loop().time
+
+    def _kept(self, stream_id: str) -> _Kept:
+        if (kept := self.answers.get(stream_id)) is None:
+            raise NotKept(f"no stream {stream_id} here: it never was, or it ended long ago")
+        return kept
+
+    async def open(self, stream_id: str) -> None:
+        self.answers[stream_id] = _Kept(deque(maxlen=self.max_events), read_until=self.clock())
+
+    async def append(self, stream_id: str, seq: int, event: bytes | None) -> None:
+        kept = self._kept(stream_id)
+        kept.events.append((seq, event))
+        kept.grew.set()
+        kept.grew = asyncio.Event()
+        if event is None:
+            asyncio.get_running_loop().call_later(self.keep_s, self.answers.pop, stream_id, None)
+
+    def _after(self, kept: _Kept, after: int) -> list[Entry]:
+        if not kept.events:
+            _check_cursor(after, 1, 0)
+            return []
+        (first, _), (last, event) = kept.events[0], kept.events[-1]
+        _check_cursor(after, first, last if event is not None else last - 1)
+        return list(itertools.islice(kept.events, after + 1 - first, None))
+
+    async def read(self, stream_id: str, after: int, wait_s: float) -> list[Entry]:
+        kept = self._kept(stream_id)
+        kept.read_until = max(kept.read_until, self.clock() + wait_s)
+        if (entries := self._after(kept, after)) or wait_s <= 0:
+            return entries
+        with suppress(TimeoutError):
+            await asyncio.wait_for(kept.grew.wait(), wait_s)
+        return self._after(kept, after)
+
+    async def watched(self, stream_id: str) -> bool:
+        kept = self.answers.get(stream_id)
+        return kept is not None and self.clock() < kept.read_until + self.grace_s
+
+    async def stop(self, stream_id: str) -> bool:
+        if (kept := self.answers.get(stream_id)) is None:
+            return False
+        kept.stop.set()
+        return True
+
+    async def stopped(self, stream_id: str) -> None:
+        await self._kept(stream_id).stop.wait()
+
+    async def close(self) -> None:
+        self.answers.clear()
+
+
+class RedisLog:
+    """Replay logs in Redis, so that any replica can resume any answer and stop it.
+
+    Each answer is a Redis stream, ``replay:{id}``, capped at ``REPLAY_EVENTS`` entries and
+    expiring ``REPLAY_KEEP_S`` after its last. An entry's id is ``1-{seq}`` (``1-0`` marks the
+    start), so a cursor is a stream id and ``XREAD BLOCK`` from it gives what came after, then
+    waits for the live tail. A stream and not pub/sub: a message published while nobody listens
+    is lost, and the client that comes back is exactly the one that was not listening.
+    ``seen:{id}`` (expiring) says somebody reads; ``stop:{id}``, a list, carries Stop to the
+    producer, which waits on it with ``BLPOP``."""
+
+    def __init__(self, url: str, max_events: int, keep_s: float, grace_s: float) -> None:
+        self.max_events, self.keep_ms = max_events, int(keep_s * 1000)
+        self.grace_ms = int(grace_s * 1000)
+        # Timeouts so that a Redis that died or is unreachable is an error in seconds, not a
+        # hang; reads never block longer than HEARTBEAT_S, well inside the socket timeout.
+        self.redis = aioredis.from_url(
+            url, socket_connect_timeout=2, socket_timeout=HEARTBEAT_S + 3, retry_on_timeout=False
+        )
+
+    @staticmethod
+    def _seq(entry_id: bytes) -> int:
+        return int(entry_id.split(b"-")[1])
+
+    async def _call(self, work: Awaitable[T]) -> T:
+        try:
+            return await work
+        except redis.exceptions.RedisError as exc:
+            raise LogFailed(f"the replay log (Redis) failed: {type(exc).__name__}") from exc
+
+    async def open(self, stream_id: str) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xadd(f"replay:{stream_id}", {"start": 1}, id="1-0")
+            pipe.pexpire(f"replay:{stream_id}", self.keep_ms)
+            pipe.set(f"seen:{stream_id}", 1, px=self.grace_ms)
+            await self._call(pipe.execute())
+
+    async def append(self, stream_id: str, seq: int, event: bytes | None) -> None:
+        fields: dict[Any, Any] = {"end": 1} if event is None else {"event": event}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            key = f"replay:{stream_id}"
+            pipe.xadd(key, fields, id=f"1-{seq}", maxlen=self.max_events, approximate=False)
+            pipe.pexpire(key, self.keep_ms)
+            await self._call(pipe.execute())
+
+    async def read(self, stream_id: str, after: int, wait_s: float) -> list[Entry]:
+        key = f"replay:{stream_id}"
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(f"seen:{stream_id}", 1, px=int(wait_s * 1000) + self.grace_ms)
+            pipe.xrange(key, count=1)
+            pipe.xrevrange(key, count=1)
+            replies: list[Any] = await self._call(pipe.execute())
+        _, first, last = replies
+        if not first:
+            raise NotKept(f"no stream {stream_id} here: it never was, or it ended long ago")
+        (first_id, _), (last_id, last_fields) = first[0], last[0]
+        last_event = self._seq(last_id) - (b"end" in last_fields)
+        _check_cursor(after, max(self._seq(first_id), 1), last_event)
+        block = int(wait_s * 1000) or None  # BLOCK 0 would wait for ever
+        reply: Any = await self._call(self.redis.xread({key: f"1-{after}"}, count=256, block=block))
+        return [
+            (self._seq(entry_id), fields.get(b"event"))
+            for _, entries in reply or []
+            for entry_id, fields in entries
+        ]
+
+    async def watched(self, stream_id: str) -> bool:
+        return bool(await self._call(self.redis.exists(f"seen:{stream_id}")))
+
+    async def stop(self, stream_id: str) -> bool:
+        if not await self._call(self.redis.exists(f"replay:{stream_id}")):
+            return False
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.lpush(f"stop:{stream_id}", 1)
+            pipe.pexpire(f"stop:{stream_id}", self.keep_ms)
+            await self._call(pipe.execute())
+        return True
+
+    async def stopped(self, stream_id: str) -> None:
+        # Short blocking pops: each stays inside the socket timeout, and a Stop ends one at once.
+        while not await self._call(self.redis.blpop([f"stop:{stream_id}"], timeout=1)):
+            pass
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+def make_log() -> ReplayLog:
+    """The replay log this process uses: Redis's with ``REDIS_URL`` set, else its own."""
+    if REDIS_URL:
+        return RedisLog(REDIS_URL, REPLAY_EVENTS, REPLAY_KEEP_S, RESUME_GRACE_S)
+    return MemoryLog(REPLAY_EVENTS, REPLAY_KEEP_S, RESUME_GRACE_S)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,7 +432,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         )
     async with make_client(upstream_url) as client:
         app.state.client = client
-        yield
+        app.state.replay_log = make_log()
+        app.state.producers = set()  # the resumable answers running here (15)
+        try:
+            yield
+        finally:
+            for producer in app.state.producers:
+                producer.cancel()
+            await asyncio.gather(*app.state.producers, return_exceptions=True)
+            await app.state.replay_log.close()
 
 
 app = FastAPI(title="streaming proxy", lifespan=lifespan)
@@ -214,6 +459,34 @@ class StreamingResponse(StarletteStreamingResponse):
         finally:
             if isinstance(self.body_iterator, AsyncGenerator):
                 await self.body_iterator.aclose()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A stream the client asked to be resumable (notebook 15) is not sent from the body
+        itself: ``produce`` runs the body into a replay log, apart from this connection, and
+        the client gets ``follow``'s view of that log, with the answer's id in ``X-Stream-Id``."""
+        if scope["method"] == "POST" and _header(scope, RESUMABLE_HEADER) == "true":
+            app = scope["app"]
+            log, stream_id = app.state.replay_log, secrets.token_urlsafe(16)
+            try:
+                await log.open(stream_id)
+            except LogFailed as exc:
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+                refusal = JSONResponse(error_body(str(exc), "service_unavailable"), 503)
+                return await refusal(scope, receive, send)
+            pieces = cast(AsyncGenerator[bytes, None], self.body_iterator)  # relay's
+            producer = asyncio.create_task(produce(log, stream_id, pieces))
+            app.state.producers.add(producer)
+            producer.add_done_callback(app.state.producers.discard)
+            self.body_iterator, self.background = follow(log, stream_id, 0), None
+            self.headers["X-Stream-Id"] = stream_id
+        await super().__call__(scope, receive, send)
+
+
+def _header(scope: Scope, name: str) -> str | None:
+    for key, value in scope["headers"]:
+        if key.decode("latin-1").lower() == name:
+            return str(value.decode("latin-1"))
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -543,4 +816,107 @@ def make_queue() -> asyncio.Queue[Item]:
 
     queue.put = put_or_give_up  # type: ignore[method-assign]
     return queue
+    ### END SOLUTION
+
+
+# ---------------------------------------------------------------------------------------------
+# 15 · Resumable streams: a drop is not a Stop
+
+
+async def produce(log: ReplayLog, stream_id: str, pieces: AsyncGenerator[bytes, None]) -> None:
+    """Run one resumable answer, apart from any client's connection: append each piece of
+    ``pieces`` (``relay``'s body) to the log as event 1, 2, 3, ... (not comments or heartbeats:
+    every follower sends its own), and the end (``None``) last, however the answer ends. Stop it
+    at once when somebody asks the log to stop it, and when nobody has read it for the grace
+    period (``log.watched``, asked every ``WATCH_S``). Stopping closes ``pieces``: ``relay``
+    then closes the upstream and logs the usage, once, as ``cancelled``."""
+    ### BEGIN SOLUTION
+    seq = 0
+
+    async def copy() -> None:
+        nonlocal seq
+        async with aclosing(pieces):  # however copying ends, relay's finally runs now
+            async for piece in pieces:
+                if not piece.startswith(b":"):
+                    seq += 1
+                    await log.append(stream_id, seq, piece)
+
+    copying = asyncio.create_task(copy())
+    stop_asked = asyncio.create_task(log.stopped(stream_id))
+    try:
+        while not copying.done():
+            await asyncio.wait(
+                (copying, stop_asked), timeout=WATCH_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not copying.done() and (stop_asked.done() or not await log.watched(stream_id)):
+                break
+    finally:
+        stop_asked.cancel()
+        copying.cancel()  # does nothing if the answer is over
+        await asyncio.wait((copying, stop_asked))
+        with suppress(LogFailed):
+            await log.append(stream_id, seq + 1, None)
+    ### END SOLUTION
+
+
+async def follow(log: ReplayLog, stream_id: str, after: int) -> AsyncIterator[bytes]:
+    """One client's view of a resumable answer: every logged event after ``after``, each with
+    its sequence number as its ``id:``, then the live ones as they come, until the end. A
+    heartbeat when nothing came for ``HEARTBEAT_S``; an error event, then the end, when the log
+    no longer has what was asked for or cannot be reached."""
+    ### BEGIN SOLUTION
+    cursor = after
+    while True:
+        try:
+            entries = await log.read(stream_id, cursor, HEARTBEAT_S)
+        except (NotKept, LogFailed) as exc:
+            yield error_event(str(exc))
+            return
+        if not entries:
+            yield HEARTBEAT
+        for seq, event in entries:
+            if event is None:
+                return
+            yield f"id: {seq}\n".encode() + event
+            cursor = seq
+    ### END SOLUTION
+
+
+@app.get(STREAMS_PATH + "/{stream_id}")
+async def resume_stream(request: Request, stream_id: str) -> Response:
+    """A client back for a resumable answer: the events after its cursor (the ``Last-Event-ID``
+    header, or ``?after=N``), then the live ones. 404 for an answer the log does not have (or
+    a cursor it no longer keeps), 400 for a cursor that is not a number, 503 without the log."""
+    ### BEGIN SOLUTION
+    cursor = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
+    if not cursor.isdigit():
+        return bad_request(f"the cursor must be an event id (a number), not {cursor!r}")
+    log: ReplayLog = request.app.state.replay_log
+    try:
+        await log.read(stream_id, int(cursor), 0)
+    except NotKept as exc:
+        return JSONResponse(error_body(str(exc), "not_found_error"), 404)
+    except LogFailed as exc:
+        return JSONResponse(error_body(str(exc), "service_unavailable"), 503)
+    return StarletteStreamingResponse(
+        follow(log, stream_id, int(cursor)),
+        media_type="text/event-stream",
+        headers={**SSE_HEADERS, "X-Stream-Id": stream_id},
+    )
+    ### END SOLUTION
+
+
+@app.post(STREAMS_PATH + "/{stream_id}/cancel")
+async def stop_stream(request: Request, stream_id: str) -> Response:
+    """Stop: the answer's upstream is cancelled at once, whichever replica runs it. 404 for an
+    answer the log does not have, 503 without the log."""
+    ### BEGIN SOLUTION
+    log: ReplayLog = request.app.state.replay_log
+    try:
+        found = await log.stop(stream_id)
+    except LogFailed as exc:
+        return JSONResponse(error_body(str(exc), "service_unavailable"), 503)
+    if not found:
+        return JSONResponse(error_body(f"no stream {stream_id} here", "not_found_error"), 404)
+    return JSONResponse({"id": stream_id, "object": "stream", "status": "cancelled"})
     ### END SOLUTION
