@@ -469,8 +469,10 @@ class StreamingResponse(StarletteStreamingResponse):
             log, stream_id = app.state.replay_log, secrets.token_urlsafe(16)
             try:
                 await log.open(stream_id)
-            except LogFailed as exc:
-                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+            except LogFailed as exc:  # nothing was sent: refuse, close the upstream, log it
+                if self.background is not None:
+                    await self.background()
+                log_usage(Usage(), "error")
                 refusal = JSONResponse(error_body(str(exc), "service_unavailable"), 503)
                 return await refusal(scope, receive, send)
             pieces = cast(AsyncGenerator[bytes, None], self.body_iterator)  # relay's
