@@ -63,6 +63,7 @@ if typing.TYPE_CHECKING:
     from labkit.errors import NginxNotFoundError as NginxNotFoundError
     from labkit.errors import PortInUseError as PortInUseError
     from labkit.errors import ProxyFileError as ProxyFileError
+    from labkit.errors import RedisNotFoundError as RedisNotFoundError
     from labkit.errors import ServerExitedError as ServerExitedError
     from labkit.errors import ServerStartError as ServerStartError
     from labkit.errors import StartTimeoutError as StartTimeoutError
@@ -83,12 +84,15 @@ if typing.TYPE_CHECKING:
     from labkit.servers import SubprocessServer as SubprocessServer
     from labkit.servers import ThreadServer as ThreadServer
     from labkit.servers import find_nginx as find_nginx
+    from labkit.servers import find_redis_server as find_redis_server
     from labkit.servers import nginx_version as nginx_version
+    from labkit.servers import redis_version as redis_version
     from labkit.servers import running_servers as running_servers
     from labkit.servers import serve as serve
     from labkit.servers import serve_subprocess as serve_subprocess
     from labkit.servers import start_mock_upstream as start_mock_upstream
     from labkit.servers import start_nginx as start_nginx
+    from labkit.servers import start_redis as start_redis
     from labkit.servers import stop_all as stop_all
     from labkit.stream_gateway import RestartPolicy as RestartPolicy
     from labkit.stream_gateway import make_stream_gateway as make_stream_gateway
@@ -119,6 +123,7 @@ _WHERE = {
     "NotebookChecks": "labkit.notebook_checks",
     "PortInUseError": "labkit.errors",
     "ProxyFileError": "labkit.errors",
+    "RedisNotFoundError": "labkit.errors",
     "RestartPolicy": "labkit.stream_gateway",
     "ServerExitedError": "labkit.errors",
     "ServerHandle": "labkit.servers",
@@ -136,6 +141,7 @@ _WHERE = {
     "engine_if_built": "labkit.engine",
     "find_nginx": "labkit.servers",
     "find_proxy": "labkit.proxy_file",
+    "find_redis_server": "labkit.servers",
     "load_ipython_extension": "labkit.proxy_file",
     "load_proxy": "labkit.proxy_file",
     "machine_source": "labkit.chat",
@@ -144,6 +150,7 @@ _WHERE = {
     "plot_cancellation": "labkit.plots",
     "plot_gaps": "labkit.plots",
     "plot_timeline": "labkit.plots",
+    "redis_version": "labkit.servers",
     "run_checks": "labkit.checks",
     "running_servers": "labkit.servers",
     "serve": "labkit.servers",
@@ -152,6 +159,7 @@ _WHERE = {
     "start_mock_upstream": "labkit.servers",
     "start_engine": "labkit.engine",
     "start_nginx": "labkit.servers",
+    "start_redis": "labkit.servers",
     "stop_all": "labkit.servers",
     "unwritten": "labkit.regions",
     "write_part": "labkit.proxy_file",

@@ -19,6 +19,7 @@ The hierarchy::
     ├── EngineBuildError             the real engine could not be downloaded or built
     ├── EngineReadError              an engine's /metrics or /v1/models answered unexpectedly
     ├── NginxNotFoundError           no nginx executable on this machine
+    ├── RedisNotFoundError           no redis-server executable on this machine
     ├── GatewayFailure               one upstream attempt of the stream gateway gave no usable
     │                                answer (its ``reason`` says why; the gateway catches it)
     ├── ProxyFileError               proxy.py is missing, not Python, or a part does not fit
@@ -56,6 +57,7 @@ from typing import ClassVar, Final, Literal
 
 __all__ = [
     "NGINX_INSTALL_HINT",
+    "REDIS_INSTALL_HINT",
     "AlreadyStartedError",
     "AnswersError",
     "AppStartupError",
@@ -78,6 +80,7 @@ __all__ = [
     "NotGradable",
     "PortInUseError",
     "ProxyFileError",
+    "RedisNotFoundError",
     "RubricError",
     "SandboxUnavailableError",
     "ServerExitedError",
@@ -98,6 +101,12 @@ NGINX_INSTALL_HINT: Final = (
     "Install it with `apt-get install nginx` (Debian/Ubuntu, as root) or "
     "`conda install -c conda-forge nginx` (conda users; environment.yml lists it), "
     "then restart the kernel."
+)
+
+REDIS_INSTALL_HINT: Final = (
+    "`make test` installs it when run as root on Debian/Ubuntu; otherwise install it with "
+    "`apt-get install redis-server` (Debian/Ubuntu, as root), `brew install redis` (macOS) or "
+    "`conda install -c conda-forge redis-server` (conda users; environment.yml lists it)."
 )
 
 
@@ -313,6 +322,18 @@ class NginxNotFoundError(LabkitError):
         super().__init__(
             "Expected an nginx executable on PATH or in /usr/sbin, found none. "
             + NGINX_INSTALL_HINT
+        )
+
+
+class RedisNotFoundError(LabkitError):
+    """No redis-server executable on this machine."""
+
+    kind: ClassVar[str] = "redis_not_found"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Expected a redis-server executable on PATH or in /usr/sbin, found none. "
+            + REDIS_INSTALL_HINT
         )
 
 

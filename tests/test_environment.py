@@ -115,7 +115,7 @@ def test_this_environment_runs_the_locked_versions() -> None:
 
 def test_environment_brings_the_system_tools_the_lessons_use() -> None:
     names = {re.split(r"[<>=! ]", d, maxsplit=1)[0] for d in _conda_deps()}
-    assert {"python", "pip", "nginx", "curl"} <= names
+    assert {"python", "pip", "nginx", "curl", "redis-server"} <= names
 
 
 def test_environment_python_agrees_with_requires_python() -> None:

@@ -1,9 +1,10 @@
 """Starting and stopping servers: one package, one public surface (this module).
 
 ``serve`` (an ASGI app on a thread), ``serve_subprocess`` (a file or module in a child Python
-process), ``start_mock_upstream`` and ``start_nginx`` (from ``nginx``) return a
-:class:`ServerHandle` with ``.name``, ``.url``, ``.port``, ``.stop()``, usable as a context
-manager. Starting a server under
+process), ``start_mock_upstream``, ``start_nginx`` (from ``nginx``) and ``start_redis`` (from
+``redis``: its ``.url`` is ``redis://...``, and it can be killed and restarted on its port)
+return a :class:`ServerHandle` with ``.name``, ``.url``, ``.port``, ``.stop()``, usable as a
+context manager. Starting a server under
 a name that is already running stops the old one first, so re-running a notebook cell replaces
 its server instead of leaking one; whatever is still running at interpreter exit is stopped.
 
@@ -11,7 +12,7 @@ Inside: ``_handles`` (the handle, ``bind_socket``, the process's registry), ``_t
 (:class:`ThreadServer`), ``_process`` (:class:`ProcessServer`: any command in a session of its
 own, waited for and stopped whole; the bench starts its servers with it), ``_subprocess``
 (:class:`SubprocessServer`, a ``ProcessServer`` running ``_child``, which reports one typed
-``_status.ChildStatus``), ``nginx``.
+``_status.ChildStatus``), ``nginx``, ``redis``.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ from labkit.servers.nginx import (
     nginx_version,
     start_nginx,
 )
+from labkit.servers.redis import (
+    RedisNotFoundError,
+    RedisServer,
+    find_redis_server,
+    redis_version,
+    start_redis,
+)
 
 __all__ = [
     "CHILD_MODULE",
@@ -46,19 +54,24 @@ __all__ = [
     "NginxNotFoundError",
     "NginxServer",
     "ProcessServer",
+    "RedisNotFoundError",
+    "RedisServer",
     "ServerHandle",
     "SubprocessServer",
     "ThreadServer",
     "bind_socket",
     "find_nginx",
+    "find_redis_server",
     "next_name",
     "nginx_version",
+    "redis_version",
     "resolve_target",
     "running_servers",
     "serve",
     "serve_subprocess",
     "start_mock_upstream",
     "start_nginx",
+    "start_redis",
     "stop_all",
 ]
 

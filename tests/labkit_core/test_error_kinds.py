@@ -92,6 +92,8 @@ def test_every_exception_class_labkit_defines_is_a_labkit_error_in_errors_py() -
         ("labkit.chat.browser", "BrowserUnavailableError"),
         ("labkit.servers", "NginxNotFoundError"),
         ("labkit.servers.nginx", "NginxNotFoundError"),
+        ("labkit.servers", "RedisNotFoundError"),
+        ("labkit.servers.redis", "RedisNotFoundError"),
         ("labkit.grading.roster", "GradingError"),
         ("labkit.grading.rubric", "RubricError"),
         ("labkit.grading.class_results", "MergeError"),

@@ -25,6 +25,7 @@ from labkit.errors import (
     MockUpstreamError,
     NginxNotFoundError,
     PortInUseError,
+    RedisNotFoundError,
     RubricError,
     SandboxUnavailableError,
     ServerExitedError,
@@ -127,6 +128,13 @@ PINNED: list[tuple[Exception, str]] = [
         "Expected an nginx executable on PATH or in /usr/sbin, found none. Install it with "
         "`apt-get install nginx` (Debian/Ubuntu, as root) or `conda install -c conda-forge "
         "nginx` (conda users; environment.yml lists it), then restart the kernel.",
+    ),
+    (
+        RedisNotFoundError(),
+        "Expected a redis-server executable on PATH or in /usr/sbin, found none. `make test` "
+        "installs it when run as root on Debian/Ubuntu; otherwise install it with `apt-get "
+        "install redis-server` (Debian/Ubuntu, as root), `brew install redis` (macOS) or `conda "
+        "install -c conda-forge redis-server` (conda users; environment.yml lists it).",
     ),
     (
         GatewayFailure("refusal", "the model refused; held text was not shown"),
