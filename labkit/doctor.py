@@ -2,8 +2,8 @@
 
 ``run_doctor()`` returns structured lines and prints nothing; ``format_doctor()`` renders them and
 ``doctor_exit_code()`` decides the exit status, so the CLI is three calls. A line is ``ok``,
-``warn`` (something only one optional step needs, e.g. nginx, or the browser notebook 14 drives)
-or ``fail`` (fix it before starting).
+``warn`` (something only one optional step needs, e.g. nginx, redis-server, or the browser
+notebook 14 drives) or ``fail`` (fix it before starting).
 """
 
 from __future__ import annotations
@@ -160,7 +160,9 @@ def _find_program(name: str) -> str | None:
     return found
 
 
-def _check_program(name: str, needed_for: str) -> DoctorLine:
+def _check_program(name: str, needed_for: str, *, brew: str | None = None) -> DoctorLine:
+    """``name`` on PATH or in an sbin folder; its Debian and conda-forge packages share its name,
+    Homebrew's is ``brew`` when it differs (redis-server comes in ``redis``)."""
     found = _find_program(name)
     if found is not None:
         return DoctorLine(name, "ok", found)
@@ -168,8 +170,14 @@ def _check_program(name: str, needed_for: str) -> DoctorLine:
         name,
         "warn",
         f"not found (only needed for {needed_for})",
-        f"`apt-get install {name}` (Debian/Ubuntu), `brew install {name}` (macOS) "
+        f"`apt-get install {name}` (Debian/Ubuntu), `brew install {brew or name}` (macOS) "
         f"or `conda install -c conda-forge {name}`",
+    )
+
+
+def _check_redis_server() -> DoctorLine:
+    return _check_program(
+        "redis-server", "notebook 15 and the resumable-stream tests", brew="redis"
     )
 
 
@@ -341,6 +349,7 @@ _CHECKS: tuple[Callable[[], DoctorLine | list[DoctorLine]], ...] = (
     _check_bind,
     lambda: _check_program("curl", "the curl examples"),
     lambda: _check_program("nginx", "the nginx notebook"),
+    _check_redis_server,
     _check_browser,
     _check_mock_upstream,
     _check_engine,

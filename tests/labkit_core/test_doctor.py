@@ -23,6 +23,7 @@ def test_doctor_on_this_machine_checks_everything_and_reaches_the_mock() -> None
         "localhost ports",
         "curl",
         "nginx",
+        "redis-server",
         "browser",
         "mock upstream",
     ):
@@ -46,6 +47,17 @@ def test_a_missing_program_is_a_warning_with_install_instructions(
         "not found (only needed for the nginx notebook)",
         "`apt-get install nginx` (Debian/Ubuntu), `brew install nginx` (macOS) "
         "or `conda install -c conda-forge nginx`",
+    )
+
+
+def test_a_missing_redis_server_names_homebrews_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(doctor, "_find_program", lambda name: None)
+    assert doctor._check_redis_server() == DoctorLine(
+        "redis-server",
+        "warn",
+        "not found (only needed for notebook 15 and the resumable-stream tests)",
+        "`apt-get install redis-server` (Debian/Ubuntu), `brew install redis` (macOS) "
+        "or `conda install -c conda-forge redis-server`",
     )
 
 
