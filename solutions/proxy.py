@@ -95,6 +95,10 @@ REPLAY_KEEP_S = float(os.environ.get("REPLAY_KEEP_S", "300"))
 WATCH_S = 0.25
 # With this set the replay logs live in Redis, shared by every replica; without, in this process.
 REDIS_URL = os.environ.get("REDIS_URL")
+# Redis connections one replica may hold. A running answer (BLPOP, waiting for Stop) and each
+# client reading one (XREAD BLOCK) hold a connection while they wait: two per stream, and some
+# for the short commands. (redis-py's default pool of 100 failed the 51st stream.)
+REDIS_CONNECTIONS = 2 * UPSTREAM_CONNECTIONS + 100
 
 HEARTBEAT = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
@@ -289,7 +293,11 @@ class RedisLog:
         # Timeouts so that a Redis that died or is unreachable is an error in seconds, not a
         # hang; reads never block longer than HEARTBEAT_S, well inside the socket timeout.
         self.redis = aioredis.from_url(
-            url, socket_connect_timeout=2, socket_timeout=HEARTBEAT_S + 3, retry_on_timeout=False
+            url,
+            socket_connect_timeout=2,
+            socket_timeout=HEARTBEAT_S + 3,
+            retry_on_timeout=False,
+            max_connections=REDIS_CONNECTIONS,
         )
 
     @staticmethod
