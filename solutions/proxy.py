@@ -340,11 +340,14 @@ class RedisLog:
         _check_cursor(after, max(self._seq(first_id), 1), last_event)
         block = int(wait_s * 1000) or None  # BLOCK 0 would wait for ever
         reply: Any = await self._call(self.redis.xread({key: f"1-{after}"}, count=256, block=block))
-        return [
+        entries = [
             (self._seq(entry_id), fields.get(b"event"))
-            for _, entries in reply or []
-            for entry_id, fields in entries
+            for _, batch in reply or []
+            for entry_id, fields in batch
         ]
+        if entries and entries[0][0] != after + 1:  # trimmed since the check: never skip events
+            _check_cursor(after, entries[0][0], entries[-1][0])
+        return entries
 
     async def watched(self, stream_id: str) -> bool:
         return bool(await self._call(self.redis.exists(f"seen:{stream_id}")))
