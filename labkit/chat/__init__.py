@@ -11,15 +11,26 @@ text/event-stream`` (exactly that: jupyter-server-proxy, through which a hub's b
 the kernel's servers, streams only for it; :mod:`labkit.chat.hub` has the rest of the page's life
 behind a hub), reads the body with ``fetch``
 and a ``ReadableStream`` reader, parses SSE as it arrives and shows one of the client states
-``connecting``, ``generating``, ``completed``, ``interrupted`` or ``cancelled``. Its Stop button
-calls ``AbortController.abort()``. Elements carry ``data-testid`` attributes (``prompt``,
-``scenario``, ``send``, ``stop``, ``state``, ``answer``, ``error``); ``answer`` has
-``data-complete="true"`` only in the state ``completed``.
+``connecting``, ``generating``, ``reconnecting``, ``completed``, ``interrupted`` or
+``cancelled``. Its Stop button calls ``AbortController.abort()``. Elements carry
+``data-testid`` attributes (``prompt``, ``scenario``, ``send``, ``stop``, ``state``, ``answer``,
+``error``); ``answer`` has ``data-complete="true"`` only in the state ``completed``.
+
+The page asks for a resumable stream (``X-Resumable: true``). A proxy that keeps the answer
+(notebook 15) names it in ``X-Stream-Id`` and numbers its events; when the body then fails
+mid-answer, the page shows ``reconnecting`` and asks ``GET ../v1/streams/{id}`` with
+``Last-Event-ID`` on a new connection (``RESUME_TRIES`` tries, backing off from
+``RESUME_BACKOFF_MS``), and shows only the events it had not shown. Its Stop also POSTs
+``../v1/streams/{id}/cancel``, since such a proxy keeps an answer going when the connection
+drops. Without ``X-Stream-Id`` the stream is a plain one, and a cut ends it ``interrupted`` as
+before. ``chat_page(resumable=False)`` never asks: a proxy whose resumable parts are not
+written yet may still answer ``X-Resumable`` with a stream it cannot serve.
 
 The page's state machine (``inputOf`` and ``nextState`` in JavaScript) sits between two marker
 lines: ``machine_source()`` returns it, and ``chat_page(machine=...)`` serves the page with that
 block replaced (a changed machine, to see what a bug in it does). :mod:`labkit.chat.browser`
-drives the page in Chromium.
+drives the page in Chromium; :class:`labkit.chat.network.FlakyNetwork` puts a network between
+the two that can drop every connection, as a blip does.
 """
 
 from __future__ import annotations
@@ -32,12 +43,21 @@ from starlette.types import Receive, Scope, Send
 
 from labkit.errors import LabkitError
 
-__all__ = ["MACHINE_BEGIN", "MACHINE_END", "ChatPage", "chat_page", "machine_source", "page_html"]
+__all__ = [
+    "MACHINE_BEGIN",
+    "MACHINE_END",
+    "ChatPage",
+    "chat_page",
+    "machine_source",
+    "page_html",
+]
 
 MACHINE_BEGIN: Final = (
     "// ---- state machine: labkit.chat_page(machine=...) replaces this block ----"
 )
 MACHINE_END: Final = "// ---- end of the state machine ----"
+#: The page's switch for resumable streams: ``page_html(resumable=False)`` sets it to false.
+_RESUMABLE_MARK: Final = '<body data-resumable="true">'
 # Only the page's own origin: no script, style or request goes anywhere else.
 CSP: Final = (
     "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -57,9 +77,12 @@ def machine_source() -> str:
     return block.strip("\n") + "\n"
 
 
-def page_html(machine: str | None = None) -> str:
-    """The page's HTML, with the state machine block replaced by ``machine`` if one is given."""
+def page_html(machine: str | None = None, *, resumable: bool = True) -> str:
+    """The page's HTML, with the state machine block replaced by ``machine`` if one is given;
+    ``resumable=False``: a page that never asks for a resumable stream."""
     html = _template()
+    if not resumable:
+        html = html.replace(_RESUMABLE_MARK, _RESUMABLE_MARK.replace("true", "false"))
     if machine is None:
         return html
     if not isinstance(machine, str):
@@ -80,8 +103,8 @@ def page_html(machine: str | None = None) -> str:
 class ChatPage:
     """The ASGI app of :func:`chat_page`: ``GET`` anywhere under its mount serves the page."""
 
-    def __init__(self, machine: str | None = None) -> None:
-        self.html = page_html(machine)
+    def __init__(self, machine: str | None = None, *, resumable: bool = True) -> None:
+        self.html = page_html(machine, resumable=resumable)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -101,10 +124,12 @@ class ChatPage:
         await response(scope, receive, send)
 
 
-def chat_page(machine: str | None = None) -> ChatPage:
+def chat_page(machine: str | None = None, *, resumable: bool = True) -> ChatPage:
     """An ASGI app serving the chat page; mount it with ``app.mount("/chat", chat_page())``.
 
     ``machine`` replaces the page's state machine (JavaScript defining ``TERMINAL``,
     ``inputOf(data)`` and ``nextState(state, input)``); by default the page runs its own.
+    ``resumable=False`` serves a page that asks for plain streams only (see the module
+    docstring): for a proxy whose resumable streams are not written yet.
     """
-    return ChatPage(machine)
+    return ChatPage(machine, resumable=resumable)

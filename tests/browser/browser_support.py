@@ -23,10 +23,11 @@ REFERENCE_PROXY = ROOT / "solutions" / "proxy.py"
 
 
 def serve_with_page(
-    path: Path, upstream_url: str, name: str, *, detached: bool = False, **page: str
+    path: Path, upstream_url: str, name: str, *, detached: bool = False, **page: Any
 ) -> ThreadServer:
-    """``path``'s proxy (a fresh module) with the chat page at /chat, served on a thread;
-    ``detached``: with its reader detached (see :func:`detach_reader`)."""
+    """``path``'s proxy (a fresh module) with the chat page at /chat (``page``: the keywords of
+    ``chat_page``), served on a thread; ``detached``: with its reader detached (see
+    :func:`detach_reader`)."""
     module = load_proxy(path)
     if detached:
         detach_reader(module)
@@ -70,12 +71,17 @@ def detach_reader(module: Any) -> set[asyncio.Task[None]]:
     return pumps
 
 
+def records_of(mock: MockUpstream, seed: int) -> list[dict[str, Any]]:
+    """Every record the mock has of requests tagged ``seed``, oldest first."""
+    return [r for r in mock.requests() if r["scenario"].get("seed") == seed]
+
+
 def record_of(mock: MockUpstream, seed: int, settle_s: float = 3.0) -> dict[str, Any]:
     """The mock's record of the request tagged ``seed``, once it is no longer running (or, after
     ``settle_s``, as it is)."""
     deadline = time.monotonic() + settle_s
     while True:
-        found = [r for r in mock.requests() if r["scenario"].get("seed") == seed]
+        found = records_of(mock, seed)
         if found and (found[-1]["state"] != "running" or time.monotonic() > deadline):
             return found[-1]
         assert time.monotonic() < deadline, f"the mock has no record with seed {seed}"

@@ -6,7 +6,9 @@ Two links of the chain live in that proxy. It streams a response only when the r
 one piece at the end), and on its own it never closes its request when the browser leaves, so
 Stop does not reach the model: :mod:`labkit.chat.hub`, a Jupyter server extension, closes it.
 Each test here has its mutation beside it: the page without the header, the server without the
-extension.
+extension. The Stop tests use the page that asks for plain streams, whose Stop is the hang-up
+alone; a resumable answer's Stop also POSTs its cancel endpoint, which reaches the model through
+any proxy.
 """
 
 from __future__ import annotations
@@ -136,9 +138,9 @@ def test_behind_the_hub_the_answer_arrives_in_pieces_only_with_the_accept_header
 
 
 def test_behind_the_hub_stop_cancels_the_upstream_within_a_second(
-    browser: ChatBrowser, hub: JupyterServer, proxy: ThreadServer, mock: MockUpstream
+    browser: ChatBrowser, hub: JupyterServer, plain_proxy: ThreadServer, mock: MockUpstream
 ) -> None:
-    tab = open_through(browser, hub, proxy)
+    tab = open_through(browser, hub, plain_proxy)
     tab.send(PROMPT, {**LONG, "seed": 2603})
     partial = tab.wait_for_answer(STOP_AFTER_CHARS)
     clicked = tab.stop()
@@ -153,10 +155,10 @@ def test_behind_the_hub_stop_cancels_the_upstream_within_a_second(
 
 
 def test_behind_a_stock_jupyter_server_proxy_stop_does_not_reach_the_upstream(
-    browser: ChatBrowser, stock_hub: JupyterServer, proxy: ThreadServer, mock: MockUpstream
+    browser: ChatBrowser, stock_hub: JupyterServer, plain_proxy: ThreadServer, mock: MockUpstream
 ) -> None:
     """The mutation test of the one above: the page says cancelled, the model goes on."""
-    tab = open_through(browser, stock_hub, proxy)
+    tab = open_through(browser, stock_hub, plain_proxy)
     tab.send(PROMPT, {**LONG, "seed": 2604})
     partial = tab.wait_for_answer(STOP_AFTER_CHARS)
     tab.stop()
@@ -170,6 +172,24 @@ def test_behind_a_stock_jupyter_server_proxy_stop_does_not_reach_the_upstream(
     assert later["state"] == "running", later
     # at 20 tokens a second, about 40 more: half of that is plenty to tell it from a cancel
     assert generated >= STILL_RUNNING_AFTER_S * LONG["tps"] / 2, (at_stop, later)
+
+
+def test_behind_a_stock_jupyter_server_proxy_a_resumable_answer_stops_by_its_cancel(
+    browser: ChatBrowser, stock_hub: JupyterServer, proxy: ThreadServer, mock: MockUpstream
+) -> None:
+    """The page as served by default, on the reference: Stop POSTs the answer's cancel endpoint,
+    a request of its own, so the stock proxy's read to the end no longer keeps the model going."""
+    tab = open_through(browser, stock_hub, proxy)
+    tab.send(PROMPT, {**LONG, "seed": 2606})
+    tab.wait_for_answer(STOP_AFTER_CHARS)
+    resumable = bool(tab.evaluate("current.streamId"))
+    clicked = tab.stop()
+    view = tab.wait_for_state()
+    tab.close()
+    record = record_of(mock, 2606)
+    assert resumable and view.state == "cancelled"
+    assert record["state"] == "cancelled", record
+    assert record["ended_at"] - clicked < CANCELLED_WITHIN_S, record
 
 
 def test_behind_the_hub_an_error_status_reaches_the_page(

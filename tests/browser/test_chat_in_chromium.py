@@ -1,8 +1,11 @@
 """The chat page in a real headless Chromium, in front of the reference proxy and the mock.
 
 Each fate of a stream ends in exactly one terminal state on the page, and only a stream that
-reached its ``[DONE]`` without a refusal, a cut or an error is marked complete. Stop aborts the
-fetch, and the abort travels the whole chain: the mock's own record says ``cancelled``.
+reached its ``[DONE]`` without a refusal, a cut or an error is marked complete. The fates run on
+the page as served by default, which asks for resumable streams (the reference makes them so).
+Stop cancels the upstream on both pages: on one that asks for plain streams the abort of the
+fetch travels the whole chain, and the mock's own record says ``cancelled``. What a resumable
+stream adds, a cut resumed and Stop by the cancel endpoint, is in test_chat_resumes_in_chromium.py.
 """
 
 from __future__ import annotations
@@ -64,14 +67,24 @@ def test_a_normal_answer_ends_completed_and_shows_the_whole_text(tab: ChatTab, p
     assert tab.page_errors == []
 
 
+@pytest.mark.parametrize(
+    ("resumable", "seed"), [(False, 1702), (True, 1708)], ids=["plain", "resumable"]
+)
 def test_stop_after_a_few_tokens_cancels_the_upstream_within_a_second(
-    tab: ChatTab, mock: MockUpstream
+    browser: ChatBrowser,
+    plain_page_url: str,
+    page_url: str,
+    mock: MockUpstream,
+    resumable: bool,
+    seed: int,
 ) -> None:
-    tab.send(PROMPT, {**LONG, "seed": 1702})
+    tab = browser.open(page_url if resumable else plain_page_url)
+    tab.send(PROMPT, {**LONG, "seed": seed})
     tab.wait_for_answer(STOP_AFTER_CHARS)
     clicked = tab.stop()
     view = tab.wait_for_state()
-    record = record_of(mock, 1702)
+    tab.close()
+    record = record_of(mock, seed)
     assert (view.state, view.complete) == ("cancelled", False)
     assert record["state"] == "cancelled", record
     assert record["ended_at"] - clicked < CANCELLED_WITHIN_S, record
@@ -79,7 +92,11 @@ def test_stop_after_a_few_tokens_cancels_the_upstream_within_a_second(
     assert record["tokens_generated"] < LONG["tokens"] // 4, record
 
 
-def test_stop_cancels_the_upstream_ten_times_out_of_ten(tab: ChatTab, mock: MockUpstream) -> None:
+def test_stop_cancels_the_upstream_ten_times_out_of_ten(
+    browser: ChatBrowser, plain_page_url: str, mock: MockUpstream
+) -> None:
+    """On the page that asks for plain streams: the hang-up alone, ten times."""
+    tab = browser.open(plain_page_url)
     seen = []
     for run in range(10):
         seed = 1710 + run
@@ -96,6 +113,7 @@ def test_stop_cancels_the_upstream_ten_times_out_of_ten(tab: ChatTab, mock: Mock
                 record["tokens_after_disconnect"] <= 1,
             )
         )
+    tab.close()
     assert seen == [("cancelled", "cancelled", True, True)] * 10
 
 
@@ -104,7 +122,9 @@ def test_with_a_proxy_that_detaches_its_reader_stop_is_only_decorative(
 ) -> None:
     """The mutation test of the two above: the page still says cancelled, the upstream goes on."""
     short = {"ttft_ms": 100, "tps": 40, "tokens": 60, "seed": 1720}  # 1.5 s
-    with serve_with_page(REFERENCE_PROXY, upstream.url, "detached", detached=True) as server:
+    with serve_with_page(
+        REFERENCE_PROXY, upstream.url, "detached", detached=True, resumable=False
+    ) as server:
         tab = browser.open(server.url + "/chat/")
         tab.send(PROMPT, short)
         tab.wait_for_answer(STOP_AFTER_CHARS)
@@ -173,18 +193,20 @@ def test_a_stream_that_just_ends_is_interrupted_not_complete(browser: ChatBrowse
     assert "without its [DONE]" in view.error
 
 
-def _header_app(seen: list[str]) -> Starlette:
-    """A server that answers one token and [DONE], and keeps each request's Accept header."""
+def _header_app(seen: list[str], name: str = "accept", **page: bool) -> Starlette:
+    """A server that answers one token and [DONE], and keeps each request's header ``name``."""
 
     async def answer() -> Any:
         yield 'data: {"choices": [{"index": 0, "delta": {"content": "ok"}}]}\n\n'
         yield "data: [DONE]\n\n"
 
     async def chat(request: Any) -> StreamingResponse:
-        seen.append(request.headers.get("accept", "(none)"))
+        seen.append(request.headers.get(name, "(none)"))
         return StreamingResponse(answer(), media_type="text/event-stream")
 
-    return Starlette(routes=[Route(CHAT, chat, methods=["POST"]), Mount("/chat", chat_page())])
+    return Starlette(
+        routes=[Route(CHAT, chat, methods=["POST"]), Mount("/chat", chat_page(**page))]
+    )
 
 
 def test_the_page_asks_for_exactly_text_event_stream(browser: ChatBrowser) -> None:
@@ -197,6 +219,25 @@ def test_the_page_asks_for_exactly_text_event_stream(browser: ChatBrowser) -> No
         view = tab.wait_for_state()
         tab.close()
     assert seen == ["text/event-stream"]
+    assert (view.state, view.answer) == ("completed", "ok")
+
+
+@pytest.mark.parametrize(
+    ("page", "sent"),
+    [({}, "true"), ({"resumable": False}, "(none)")],
+    ids=["by-default", "resumable-false"],
+)
+def test_the_page_asks_for_a_resumable_stream_unless_told_not_to(
+    browser: ChatBrowser, page: dict[str, bool], sent: str
+) -> None:
+    """A server that does not resume (no X-Stream-Id) answers as before either way."""
+    seen: list[str] = []
+    with serve(_header_app(seen, "x-resumable", **page), name="resumable-header") as server:
+        tab = browser.open(server.url + "/chat/")
+        tab.send(PROMPT, {})
+        view = tab.wait_for_state()
+        tab.close()
+    assert seen == [sent]
     assert (view.state, view.answer) == ("completed", "ok")
 
 
@@ -226,6 +267,30 @@ def test_the_sse_parser_gives_the_same_events_however_the_stream_is_cut(tab: Cha
     results = tab.browser.call(lambda: tab.page.evaluate(PARSE, splits))
     assert all(result == EVENTS for result in results), [
         (number, result) for number, result in enumerate(results) if result != EVENTS
+    ][:3]
+
+
+# Event ids as the SSE spec keeps them: an id: line sets the last event id, the events after it
+# without one keep it, an empty id: resets it, and an id with a NUL in it is ignored.
+WIRE_WITH_IDS = (
+    "id: 1\ndata: a\n\ndata: b\n\n: keep-alive\n\nid: 3\r\ndata: c\r\n\r\n"
+    "id\ndata: d\n\nid: x\0y\ndata: e\n\nid: 7\ndata: half"
+)
+EVENTS_WITH_IDS = [["a", "1"], ["b", "1"], ["c", "3"], ["d", ""], ["e", ""]]
+
+PARSE_WITH_IDS = """(splits) => splits.map((pieces) => {
+  const out = [];
+  const push = sseParser((data, id) => out.push([data, id]));
+  for (const piece of pieces) push(piece);
+  return out;
+})"""
+
+
+def test_the_sse_parser_hands_on_each_events_last_event_id(tab: ChatTab) -> None:
+    splits = [[WIRE_WITH_IDS[:i], WIRE_WITH_IDS[i:]] for i in range(len(WIRE_WITH_IDS) + 1)]
+    results = tab.browser.call(lambda: tab.page.evaluate(PARSE_WITH_IDS, splits))
+    assert all(result == EVENTS_WITH_IDS for result in results), [
+        (number, result) for number, result in enumerate(results) if result != EVENTS_WITH_IDS
     ][:3]
 
 

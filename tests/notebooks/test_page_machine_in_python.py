@@ -20,7 +20,7 @@ from labkit.chat import machine_source
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "14_browser_chat.ipynb"
 #: sha256 of ``machine_source()`` when ``page_input``/``page_state`` were last checked against it.
-MACHINE_DIGEST = "d9504dc6ead757aea8546620a3ea6d0853c9d4769fb8baa9da40e863a875e7e8"
+MACHINE_DIGEST = "38d95962c8ceaf6c61b0e809d66151b3b5de9311ee2468a479695fa0b0af1d46"
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +82,13 @@ def test_page_input_reads_an_event_as_the_pages_input_of_does(
         (["error"], "interrupted"),
         (["done", "cancel"], "completed"),  # terminal states never change
         (["finish"], "connecting"),
+        (["token", "drop"], "reconnecting"),  # a resumable stream's connection failed
+        (["drop"], "reconnecting"),  # before the first token too
+        (["token", "drop", "token", "done", "eof"], "completed"),  # resumed
+        (["token", "drop", "drop", "token"], "generating"),  # dropped again while resuming
+        (["token", "drop", "eof"], "interrupted"),  # the resume failed
+        (["token", "drop", "cancel"], "cancelled"),  # Stop while reconnecting
+        (["done", "drop"], "completed"),  # terminal states never change
     ],
 )
 def test_page_state_follows_the_pages_next_state(
