@@ -21,10 +21,10 @@ cell, which writes it into this file (``%%proxy_part``). Which notebook, and wha
 * 07 ``upstream_timeout``, ``next_item``: no 5 s default, heartbeats, an idle deadline;
 * 10 ``make_queue``: a bounded queue, so a slow client cannot grow us, and a stall deadline, so
   a client that takes nothing is let go and the upstream's generation (and its bill) stops;
-* 15 ``produce``, ``follow``, ``resume_stream``, ``stop_stream``: a stream the client asked to be
-  resumable (``X-Resumable: true``) outlives its connection: a replay log keeps its events, a
-  client that comes back with ``Last-Event-ID`` gets what it missed, and an explicit Stop (or
-  nobody back within a grace period) cancels the upstream.
+* 15 ``asks_to_resume``, ``produce``, ``follow``, ``resume_stream``, ``stop_stream``: a stream
+  the client asked to be resumable (``X-Resumable: true``) outlives its connection: a replay log
+  keeps its events, a client that comes back with ``Last-Event-ID`` gets what it missed, and an
+  explicit Stop (or nobody back within a grace period) cancels the upstream.
 
 Everything else (settings, types, request checks, the app, the replay logs) is given. With
 ``REDIS_URL`` set, the replay log is a Redis stream per answer, so replicas resume each other's
@@ -475,7 +475,7 @@ class StreamingResponse(StarletteStreamingResponse):
         """A stream the client asked to be resumable (notebook 15) is not sent from the body
         itself: ``produce`` runs the body into a replay log, apart from this connection, and
         the client gets ``follow``'s view of that log, with the answer's id in ``X-Stream-Id``."""
-        if scope["method"] == "POST" and _header(scope, RESUMABLE_HEADER) == "true":
+        if asks_to_resume(scope):
             app = scope["app"]
             log, stream_id = app.state.replay_log, secrets.token_urlsafe(16)
             try:
@@ -834,6 +834,15 @@ def make_queue() -> asyncio.Queue[Item]:
 
 # ---------------------------------------------------------------------------------------------
 # 15 · Resumable streams: a drop is not a Stop
+
+
+def asks_to_resume(scope: Scope) -> bool:
+    """Whether a request asked for a resumable stream: a POST with ``X-Resumable: true``
+    (``StreamingResponse.__call__`` asks). Until this section is written, none does."""
+    ### BEGIN SOLUTION
+    ### STAND-IN: return False
+    return scope["method"] == "POST" and _header(scope, RESUMABLE_HEADER) == "true"
+    ### END SOLUTION
 
 
 async def produce(log: ReplayLog, stream_id: str, pieces: AsyncGenerator[bytes, None]) -> None:
