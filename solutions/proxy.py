@@ -873,9 +873,12 @@ async def produce(log: ReplayLog, stream_id: str, pieces: AsyncGenerator[bytes, 
             if not copying.done() and (stop_asked.done() or not await log.watched(stream_id)):
                 break
     finally:
-        stop_asked.cancel()
-        copying.cancel()  # does nothing if the answer is over
-        await asyncio.wait((copying, stop_asked))
+        # Cancelled until done: a cancel can be lost (on Python 3.11 redis-py sends each command
+        # inside asyncio.wait_for, which drops a cancel that lands as the send completes).
+        for task in (stop_asked, copying):  # copying: nothing to do if the answer is over
+            while not task.done():
+                task.cancel()
+                await asyncio.wait((task,), timeout=WATCH_S)
         with suppress(LogFailed):
             await log.append(stream_id, seq + 1, None)
     ### END SOLUTION

@@ -61,7 +61,7 @@ from labkit.errors import RedisNotFoundError
 from labkit.servers import ServerHandle
 from labkit.servers.redis import RedisServer, find_redis_server
 from mock_upstream import create_app
-from solutions.proxy import WATCH_S, MemoryLog, NotKept, RedisLog, ReplayLog
+from solutions.proxy import WATCH_S, MemoryLog, NotKept, RedisLog, ReplayLog, produce
 from tests.engine_support import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -592,6 +592,54 @@ def test_a_redis_read_refuses_events_trimmed_while_it_asked_instead_of_skipping_
     with pytest.raises(NotKept, match="no longer kept"):
         got = run(body())
         print(f"events after 1: {[seq for seq, _ in got]}")
+
+
+@pytest.mark.sockets
+def test_a_stop_is_never_lost_in_a_redis_call_however_it_lands(redis_server: RedisServer) -> None:
+    """Bug: on Python 3.11 redis-py sends every command inside ``asyncio.wait_for``, which
+    returns the result of work that completed alongside a cancel and drops the cancel (a
+    quarter of the cancels landing in ``RedisLog.append`` were lost, measured with a script of
+    this session). ``produce`` cancelled its copying task once: when that cancel was lost, the
+    answer ran on to its end (the bench saw 1 of 10 abandoned answers generated whole), and a
+    lost cancel of the Stop watch would have left the answer without its end for ever. Fix:
+    ``produce`` cancels each task again every ``WATCH_S`` until it is done.
+
+    Experiment: ANSWERS answers whose pieces come as fast as the log takes them (so the copying
+    task is nearly always inside a Redis call), each stopped 50 ms in; every ``produce`` must
+    return within ``within_s``, its pieces closed (each lost cancel costs one ``WATCH_S``; the
+    fix's worst of 20 here was 0.50 s). Each answer would run 30 s."""
+    answers, within_s, would_run_s = 20, 3.0, 30.0
+
+    async def one(log: RedisLog, answer: str) -> tuple[float, bool]:
+        closed = False
+
+        async def pieces() -> AsyncIterator[bytes]:
+            nonlocal closed
+            deadline = asyncio.get_running_loop().time() + would_run_s
+            try:
+                while asyncio.get_running_loop().time() < deadline:
+                    yield b"data: {}\n\n"
+            finally:
+                closed = True
+
+        await log.open(answer)
+        producing = asyncio.create_task(produce(log, answer, pieces()))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        clock = asyncio.get_running_loop().time
+        asked = clock()
+        await log.stop(answer)
+        await asyncio.wait((producing,), timeout=would_run_s + 5.0)
+        return clock() - asked, closed
+
+    async def body() -> list[tuple[float, bool]]:
+        async with opened(RedisLog(redis_server.url, 100, 60.0, 60.0)) as log:
+            assert isinstance(log, RedisLog)
+            return [await one(log, next(ids)) for _ in range(answers)]
+
+    took = run(body(), timeout=answers * (would_run_s + 6.0))
+    print(f"produce returned {max(t for t, _ in took):.3f} s after Stop at most, of {answers}")
+    assert all(closed for _, closed in took)
+    assert max(t for t, _ in took) <= within_s
 
 
 # ---------------------------------------------------------------------------------------------
