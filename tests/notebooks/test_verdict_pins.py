@@ -82,6 +82,13 @@ PINS: dict[str, list[str]] = {
     "12": ["PASS states", "PASS release", "PASS by_sentence", "PASS gateway"],
     "13": ["PASS trickle", "PASS location", "PASS heartbeats"],
     "14": ["PASS predict", "PASS page_states", "PASS browser_cancel"],
+    "15": [
+        "PASS resume",
+        "PASS resume_twice",
+        "PASS resume_stop",
+        "PASS resume_grace",
+        "PASS replay_bound",
+    ],
 }
 
 
