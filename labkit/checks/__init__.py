@@ -12,8 +12,10 @@ names the notebook step teaching the fix::
 Ids, in catalogue order: trickle, cancel, cancel_before_first_token, cancel_queued,
 cancel_whole_answer, usage, midstream_error, upstream_status, content_encoding, long_stream,
 keepalive, keepalive_under_comments, integrity, concurrency, backpressure, passthrough,
-error_before_first_token, tool_calls. Each check's module docstring describes its experiment and
-why a correct and a broken proxy land far apart.
+error_before_first_token, tool_calls, resume, resume_twice, resume_stop, resume_grace,
+replay_bound. Each check's module docstring describes its experiment and why a correct and a
+broken proxy land far apart. The last five (notebook 15, resumable streams) need the proxy started
+with settings of their own (``catalogue.proxy_env_for``).
 
 Verdicts depend on the property, not on the grader's speed: counts of tokens, states and ratios
 of the experiment's own times where possible, and wide margins where a time is the measure. A

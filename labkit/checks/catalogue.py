@@ -20,12 +20,18 @@ engine is one shared machine, not a mock started per lane: those checks run one 
 (``ENGINE_IDS``, catalogue order). A check that needs what only the mock does (faults on demand,
 exact pacing, SSE comments) has no ``on_engine`` and says why in ``mock_only``; the report lists
 it as not run, with that reason.
+
+Settings: a check whose bounds come from the proxy's own settings (notebook 15's grace period
+and replay log: ``RESUME_GRACE_S``, ``REPLAY_EVENTS``) names them in ``proxy_env``, and the
+grader starts its lane's proxy with them (``proxy_env_for(lane)``), so checks that need
+different values of one setting sit in different lanes. Graded by URL, where the proxy's
+settings are not the grader's to choose, those checks are not run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 from labkit.checks import (
@@ -42,6 +48,9 @@ from labkit.checks import (
     minute_stream,
     passthrough,
     queued,
+    replay_bound,
+    resume,
+    resume_cancel,
     tool_calls,
     trickle,
     upstream_status,
@@ -63,6 +72,7 @@ __all__ = [
     "Check",
     "Profile",
     "lanes_for",
+    "proxy_env_for",
     "select",
 ]
 
@@ -72,6 +82,8 @@ PROFILES: tuple[Profile, ...] = ("lab", "gateway")
 
 CheckRun = Callable[[CheckContext], Awaitable[CheckResult]]
 FAULTS = "needs fault injection, which only the mock does"
+RESUME_ONLY = "needs the same answer twice from the upstream, which only the mock's seeds give"
+PACED_RECORD = "needs the mock's record of when a paced answer stopped"
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,9 @@ class Check:
     the notebook that teaches the property. ``on_engine`` is the experiment against a real
     engine, bounded by ``engine_budget_s``; without it, ``mock_only`` says why it has none.
     An inconclusive result is run again (``labkit.checks.runner``) unless ``retry_inconclusive``
-    is False: for an experiment whose one long window is its own second chance."""
+    is False: for an experiment whose one long window is its own second chance.
+    ``proxy_env`` is the environment the experiment needs the proxy started with (its bounds
+    are computed from those settings); see ``proxy_env_for``."""
 
     id: str
     run: CheckRun
@@ -91,6 +105,7 @@ class Check:
     engine_budget_s: float = 0.0
     mock_only: str = ""
     retry_inconclusive: bool = True
+    proxy_env: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 CHECKS: tuple[Check, ...] = (
@@ -251,6 +266,49 @@ CHECKS: tuple[Check, ...] = (
         tool_calls.STEP,
         mock_only="needs parallel tool-call deltas on demand, which only the mock sends",
     ),
+    Check(
+        resume.ID,
+        resume.check_resume,
+        resume.BUDGET_S,
+        "a resumable stream survives a dropped connection, nothing lost or repeated",
+        resume.STEP,
+        mock_only=RESUME_ONLY,
+    ),
+    Check(
+        resume.TWICE_ID,
+        resume.check_resume_twice,
+        resume.BUDGET_S,
+        "a resumable stream survives two drops, the second from the resumed connection",
+        resume.STEP,
+        mock_only=RESUME_ONLY,
+    ),
+    Check(
+        resume_cancel.STOP_ID,
+        resume_cancel.check_resume_stop,
+        resume_cancel.STOP_BUDGET_S,
+        "Stop cancels a resumable stream's upstream at once",
+        resume.STEP,
+        mock_only=PACED_RECORD,
+        proxy_env={"RESUME_GRACE_S": f"{resume_cancel.STOP_GRACE_S:g}"},
+    ),
+    Check(
+        resume_cancel.GRACE_ID,
+        resume_cancel.check_resume_grace,
+        resume_cancel.GRACE_BUDGET_S,
+        "a drop is not a Stop; nobody back within the grace period stops the upstream",
+        resume.STEP,
+        mock_only=PACED_RECORD,
+        proxy_env={"RESUME_GRACE_S": f"{resume_cancel.GRACE_S:g}"},
+    ),
+    Check(
+        replay_bound.ID,
+        replay_bound.check_replay_bound,
+        replay_bound.BUDGET_S,
+        "the replay log is bounded: an old cursor is refused, a recent one resumes",
+        resume.STEP,
+        mock_only="needs an answer of a known length, which only the mock's pacing gives",
+        proxy_env={"REPLAY_EVENTS": str(replay_bound.BOUND)},
+    ),
 )
 CHECK_IDS: tuple[str, ...] = tuple(check.id for check in CHECKS)
 GATEWAY_CHECKS: tuple[Check, ...] = (
@@ -285,6 +343,9 @@ LANES: tuple[tuple[str, ...], ...] = (
     ("trickle", "cancel", "usage", "tool_calls", "content_encoding"),
     # keepalive_under_comments waits seconds for a first token: beside concurrency, not in it
     ("concurrency", "keepalive_under_comments"),
+    # notebook 15's: each lane's proxy starts with its checks' proxy_env (grace 30 s, or 3 s)
+    ("resume", "resume_twice", "resume_stop"),
+    ("replay_bound", "resume_grace"),
     ("backpressure",),
     ("minute_stream",),  # gateway profile only: a minute of mostly waiting, beside the others
 )
@@ -310,6 +371,25 @@ def select(only: str | Iterable[str] | None, profile: Profile = "lab") -> tuple[
             "Fix the spelling (ids use underscores)."
         )
     return tuple(i for i in ALL_IDS if i in wanted)
+
+
+def proxy_env_for(ids: Iterable[str]) -> dict[str, str]:
+    """The environment a proxy must be started with to run the checks ``ids`` (each check's
+    ``proxy_env``, together): what the grader gives each lane's proxy, and what a notebook that
+    runs notebook 15's checks starts its proxy with. Raises ``ValueError`` when two of them need
+    different values of one setting: run those against proxies of their own."""
+    env: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for check_id in ids:
+        for name, value in BY_ID[check_id].proxy_env.items():
+            if env.setdefault(name, value) != value:
+                raise ValueError(
+                    f"Expected checks that can share one proxy; got {owner[name]} with "
+                    f"{name}={env[name]} and {check_id} with {name}={value}. Run them against "
+                    "proxies of their own, each started with proxy_env_for(its checks)."
+                )
+            owner.setdefault(name, check_id)
+    return env
 
 
 def lanes_for(ids: Iterable[str]) -> list[tuple[str, ...]]:

@@ -22,6 +22,12 @@ from labkit.checks.result import CheckResult
 
 __all__ = ["BY_DESIGN", "GATEWAY_ADVICE", "for_gateway"]
 
+RESUMABLE = (
+    "resumable streams (X-Resumable, GET /v1/streams/{id}, POST /v1/streams/{id}/cancel) are "
+    "kept by a replay log in an application behind the gateway; route those paths to it "
+    "unbuffered."
+)
+
 GATEWAY_ADVICE: Mapping[str, str] = {
     "trickle": "turn off response buffering for this route (nginx: proxy_buffering off; "
     "Caddy: flush_interval -1; Apache: flushpackets=on; lighttpd: stream-response-body 2; "
@@ -64,6 +70,15 @@ GATEWAY_ADVICE: Mapping[str, str] = {
     "an error object under status 200.",
     "tool_calls": "forward the stream's events unchanged and in order: tool-call deltas carry "
     "their own index and id.",
+    "resume": RESUMABLE + " A drop must leave the answer running, and Last-Event-ID must "
+    "resume it after that event, each event with its id.",
+    "resume_twice": RESUMABLE + " Number events by their place in the answer, the same on "
+    "every connection, so a second drop resumes where it was.",
+    "resume_stop": RESUMABLE + " Stop must cancel the upstream at once.",
+    "resume_grace": RESUMABLE + " A drop must not cancel the upstream; nobody back within the "
+    "grace period must.",
+    "replay_bound": RESUMABLE + " Bound the events kept per answer, and refuse a cursor older "
+    "than what is kept.",
 }
 
 BY_DESIGN: Mapping[str, str] = {

@@ -1,8 +1,9 @@
 """Grade one submission: a ``proxy.py`` file, or a running proxy given by URL (black box).
 
 For a file, ``agrade_file`` starts two mock upstreams and one proxy process per lane of checks
-(see ``labkit.checks.catalogue``), all in a temporary directory, sends one simple request to
-make sure the proxy answers at all, then runs the lanes side by side. Everything it started is
+(see ``labkit.checks.catalogue``), all in a temporary directory, each proxy with the settings
+its lane's checks need (``proxy_env_for``), sends one simple request to make sure the proxy
+answers at all, then runs the lanes side by side. Everything it started is
 stopped at the end, whatever happened. It never raises because of what the submission does:
 every failure becomes a ``Problem`` or a failed check in the report.
 
@@ -31,7 +32,7 @@ from typing import Any
 
 from labkit.capture import acapture_stream
 from labkit.checks import CheckResult, arun_checks
-from labkit.checks.catalogue import BY_ID, SOLO_LANE, lanes_for, select
+from labkit.checks.catalogue import BY_ID, SOLO_LANE, lanes_for, proxy_env_for, select
 from labkit.checks.context import UpstreamKind, chat_body
 from labkit.checks.engine_books import EngineBooks
 from labkit.checks.engine_requests import engine_body
@@ -47,7 +48,14 @@ from labkit.regions import Unwritten, unwritten
 from labkit.servers import ServerHandle, SubprocessServer, serve_subprocess
 from mock_upstream import DEBUG_TOKEN_ENV
 
-__all__ = ["PREFLIGHT_S", "UPSTREAM_TARGET", "agrade_file", "agrade_url", "unwritten_results"]
+__all__ = [
+    "PREFLIGHT_S",
+    "UPSTREAM_TARGET",
+    "agrade_file",
+    "agrade_url",
+    "needs_settings",
+    "unwritten_results",
+]
 
 UPSTREAM_TARGET = "mock_upstream.served:app"
 PREFLIGHT_S = 5.0
@@ -62,6 +70,28 @@ URL_NETWORK = Network(False, "grading a URL: the proxy runs where it was started
 
 def _not_run(ids: Iterable[str], verdict: str) -> list[CheckResult]:
     return [CheckResult(i, False, verdict, {}, NOT_RUN_HINT) for i in ids]
+
+
+def needs_settings(ids: Iterable[str]) -> dict[str, CheckResult]:
+    """Skipped results for the checks that need the proxy started with settings of the
+    grader's (``Check.proxy_env``: notebook 15's grace period and replay bound). Graded by URL,
+    the proxy runs with whatever settings it was started with, which the checks' bounds cannot
+    assume."""
+    results: dict[str, CheckResult] = {}
+    for check_id in ids:
+        env = BY_ID[check_id].proxy_env
+        if not env:
+            continue
+        settings = " ".join(f"{name}={value}" for name, value in env.items())
+        results[check_id] = CheckResult(
+            check_id,
+            False,
+            f"not run by URL: needs the proxy started with {settings}",
+            {},
+            "grade the proxy file, which the grader starts with these settings.",
+            skipped=True,
+        )
+    return results
 
 
 def _step_number(notebook: str) -> int:
@@ -258,6 +288,7 @@ async def _run_lanes(
             isolation=isolation,
             together=together,
             budget=budget,
+            settings=proxy_env_for(lane),
         )
 
     # One proxy first: a submission that spins at import or never answers then costs one
@@ -365,8 +396,10 @@ async def agrade_url(
     upstream: UpstreamKind = "mock",
     budget: Budget | None = None,
 ) -> SubmissionReport:
-    """Grade a running proxy as a black box. ``usage`` is skipped (no usage log to read), and
-    each failure's advice is for a gateway (``labkit.checks.gateway_advice``).
+    """Grade a running proxy as a black box. ``usage`` is skipped (no usage log to read), so
+    are the checks that need the proxy started with settings of the grader's
+    (``needs_settings``), and each failure's advice is for a gateway
+    (``labkit.checks.gateway_advice``).
 
     ``upstream_url`` is the mock the proxy forwards to, or with ``upstream="engine"`` the real
     engine (raises ``EngineReadError`` if it does not answer). ``budget``: the machine the time
@@ -385,13 +418,20 @@ async def agrade_url(
     if problem is not None:
         results = _not_run(ids, "not run: the proxy could not be graded")
     else:
+        unsettled = needs_settings(ids)
+        to_run = [i for i in ids if i not in unsettled]
         try:
             async with asyncio.timeout(limit):
                 checked = await arun_checks(
-                    proxy_url, upstream_url=upstream_url, only=ids, upstream=upstream, budget=budget
+                    proxy_url,
+                    upstream_url=upstream_url,
+                    only=to_run,
+                    upstream=upstream,
+                    budget=budget,
                 )
             # whatever is graded by URL may be any gateway: no advice in the lab's Python
-            results = [for_gateway(r) for r in checked]
+            ran = {r.id: for_gateway(r) for r in checked}
+            results = [ran.get(i) or unsettled[i] for i in ids]
         except TimeoutError:
             problem = Problem(
                 "submission_timeout",
