@@ -19,6 +19,7 @@ construction, and the httpx code that learners read stays what it is.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -27,7 +28,14 @@ from typing import Any, Protocol
 import httpx
 from fastapi import FastAPI
 
-from solutions.proxy import CHAT_PATH, chat_completions
+from solutions.proxy import (
+    CHAT_PATH,
+    STREAMS_PATH,
+    chat_completions,
+    make_log,
+    resume_stream,
+    stop_stream,
+)
 
 __all__ = [
     "OpenClient",
@@ -91,16 +99,27 @@ def upstream_url() -> str:
 
 def proxy_app(open_client: OpenClient, title: str) -> FastAPI:
     """``solutions/proxy.py``'s app with another client: ``open_client(upstream_url())`` is
-    entered once at startup and its client serves every request until shutdown."""
+    entered once at startup and its client serves every request until shutdown. Its resumable
+    streams (notebook 15) too: the replay log and the routes that resume and stop them."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with open_client(upstream_url()) as client:
             app.state.client = client
-            yield
+            app.state.replay_log = make_log()
+            app.state.producers = set()  # the resumable answers running here
+            try:
+                yield
+            finally:
+                for producer in app.state.producers:
+                    producer.cancel()
+                await asyncio.gather(*app.state.producers, return_exceptions=True)
+                await app.state.replay_log.close()
 
     app = FastAPI(title=title, lifespan=lifespan)
     app.add_api_route(CHAT_PATH, chat_completions, methods=["POST"])
+    app.add_api_route(STREAMS_PATH + "/{stream_id}", resume_stream, methods=["GET"])
+    app.add_api_route(STREAMS_PATH + "/{stream_id}/cancel", stop_stream, methods=["POST"])
     return app
 
 

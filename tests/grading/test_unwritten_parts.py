@@ -51,10 +51,14 @@ def test_a_bundle_proxy_fails_every_check_naming_the_first_parts_to_write() -> N
     )
 
 
+# notebook 15's checks need every part before them too
+RESUMABLE = {"resume", "resume_twice", "resume_stop", "resume_grace", "replay_bound"}
+
+
 @pytest.mark.parametrize(
     ("functions", "failing"),
     [
-        (("make_queue",), {"backpressure"}),
+        (("make_queue",), {"backpressure", *RESUMABLE}),
         (
             ("next_item",),
             {
@@ -65,8 +69,11 @@ def test_a_bundle_proxy_fails_every_check_naming_the_first_parts_to_write() -> N
                 "backpressure",
                 "passthrough",
                 "tool_calls",
+                *RESUMABLE,
             },
         ),
+        (("stop_stream",), RESUMABLE),
+        (("produce", "follow", "resume_stream"), RESUMABLE),
         (("while_connected",), set(CHECK_IDS) - {"trickle", "concurrency"}),
         (("sse_events",), set(CHECK_IDS) - {"trickle", "concurrency"}),
     ],
