@@ -51,6 +51,8 @@ import redis.asyncio as aioredis
 import redis.exceptions
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse as StarletteStreamingResponse
@@ -296,8 +298,11 @@ class RedisLog:
             url,
             socket_connect_timeout=2,
             socket_timeout=HEARTBEAT_S + 3,
-            retry_on_timeout=False,
             max_connections=REDIS_CONNECTIONS,
+            # Once, at once: a pooled connection from before a Redis restart fails its first
+            # command, and the retry on a fresh one succeeds. A dead Redis fails both.
+            retry=Retry(NoBackoff(), 1),
+            retry_on_error=[redis.exceptions.ConnectionError],
         )
 
     @staticmethod
@@ -865,6 +870,7 @@ async def produce(log: ReplayLog, stream_id: str, pieces: AsyncGenerator[bytes, 
 
     copying = asyncio.create_task(copy())
     stop_asked = asyncio.create_task(log.stopped(stream_id))
+    failed: BaseException | None = None
     try:
         while not copying.done():
             await asyncio.wait(
@@ -872,6 +878,8 @@ async def produce(log: ReplayLog, stream_id: str, pieces: AsyncGenerator[bytes, 
             )
             if not copying.done() and (stop_asked.done() or not await log.watched(stream_id)):
                 break
+    except LogFailed as exc:
+        failed = exc
     finally:
         # Cancelled until done: a cancel can be lost (on Python 3.11 redis-py sends each command
         # inside asyncio.wait_for, which drops a cancel that lands as the send completes).
@@ -879,7 +887,12 @@ async def produce(log: ReplayLog, stream_id: str, pieces: AsyncGenerator[bytes, 
             while not task.done():
                 task.cancel()
                 await asyncio.wait((task,), timeout=WATCH_S)
+            if not task.cancelled() and task.exception() is not None:
+                failed = task.exception()  # the log failed under it: the answer was cut
         with suppress(LogFailed):
+            if failed is not None:  # a bare end would pass for the whole answer: say so
+                seq += 1
+                await log.append(stream_id, seq, error_event(f"the answer was cut: {failed}"))
             await log.append(stream_id, seq + 1, None)
     ### END SOLUTION
 
