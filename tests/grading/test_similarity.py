@@ -272,6 +272,102 @@ except asyncio.TimeoutError:
         "make_queue": """
 return asyncio.Queue(QUEUE_EVENTS)
 """,
+        "asks_to_resume": """
+if scope["method"] != "POST":
+    return False
+value = _header(scope, RESUMABLE_HEADER)
+return value is not None and value.lower() == "true"
+""",
+        "produce": """
+number = 0
+
+async def pump():
+    nonlocal number
+    try:
+        async for chunk in pieces:
+            if chunk.startswith(b":"):
+                continue
+            number += 1
+            await log.append(stream_id, number, chunk)
+    finally:
+        await pieces.aclose()
+
+pumping = asyncio.create_task(pump())
+stopping = asyncio.create_task(log.stopped(stream_id))
+try:
+    while True:
+        done, _ = await asyncio.wait(
+            {pumping, stopping}, timeout=WATCH_S, return_when=asyncio.FIRST_COMPLETED
+        )
+        if pumping in done:
+            break
+        if stopping in done:
+            break
+        if not await log.watched(stream_id):
+            break
+finally:
+    for task in (pumping, stopping):
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=WATCH_S)
+    try:
+        await log.append(stream_id, number + 1, None)
+    except LogFailed:
+        pass
+""",
+        "follow": """
+last = after
+while True:
+    try:
+        batch = await log.read(stream_id, last, HEARTBEAT_S)
+    except NotKept as err:
+        yield error_event(str(err))
+        break
+    except LogFailed as err:
+        yield error_event(str(err))
+        break
+    if len(batch) == 0:
+        yield HEARTBEAT
+        continue
+    finished = False
+    for number, data in batch:
+        if data is None:
+            finished = True
+            break
+        yield b"id: " + str(number).encode() + b"\\n" + data
+        last = number
+    if finished:
+        break
+""",
+        "resume_stream": """
+raw = request.headers.get("last-event-id")
+if raw is None:
+    raw = request.query_params.get("after", "0")
+try:
+    start = int(raw)
+except ValueError:
+    return bad_request("Last-Event-ID must be an integer")
+log = request.app.state.replay_log
+try:
+    await log.read(stream_id, start, 0)
+except NotKept as err:
+    return JSONResponse(error_body(str(err), "not_found_error"), status_code=404)
+except LogFailed as err:
+    return JSONResponse(error_body(str(err), "service_unavailable"), status_code=503)
+headers = dict(SSE_HEADERS)
+headers["X-Stream-Id"] = stream_id
+body = follow(log, stream_id, start)
+return StarletteStreamingResponse(body, headers=headers, media_type="text/event-stream")
+""",
+        "stop_stream": """
+try:
+    ok = await request.app.state.replay_log.stop(stream_id)
+except LogFailed as err:
+    return JSONResponse(error_body(str(err), "service_unavailable"), status_code=503)
+if ok:
+    return JSONResponse({"id": stream_id, "object": "stream", "status": "cancelled"})
+return JSONResponse(error_body("unknown stream " + stream_id, "not_found_error"), status_code=404)
+""",
     }.items()
 }
 
@@ -419,6 +515,70 @@ getter.cancel()
 return None
 """,
         "make_queue": "return asyncio.Queue(maxsize=QUEUE_EVENTS)",
+        "asks_to_resume": """
+return scope["method"] == "POST" and _header(scope, RESUMABLE_HEADER) in ("true", "True")
+""",
+        "produce": """
+state = {"n": 0}
+
+async def feed():
+    async with aclosing(pieces):
+        async for p in pieces:
+            if p[:1] != b":":
+                state["n"] += 1
+                await log.append(stream_id, state["n"], p)
+
+jobs = [asyncio.ensure_future(feed()), asyncio.ensure_future(log.stopped(stream_id))]
+try:
+    while not jobs[0].done() and not jobs[1].done():
+        await asyncio.wait(jobs, timeout=WATCH_S, return_when=asyncio.FIRST_COMPLETED)
+        if not await log.watched(stream_id):
+            break
+finally:
+    for job in jobs:
+        while not job.done():
+            job.cancel()
+            await asyncio.wait([job], timeout=WATCH_S)
+    with suppress(LogFailed):
+        await log.append(stream_id, state["n"] + 1, None)
+""",
+        "follow": """
+pos = after
+while True:
+    try:
+        got = await log.read(stream_id, pos, HEARTBEAT_S)
+    except (NotKept, LogFailed) as e:
+        yield error_event(f"cannot resume: {e}")
+        return
+    yield HEARTBEAT if not got else b""
+    for n, ev in got:
+        if ev is None:
+            return
+        pos = n
+        yield f"id: {n}\\n".encode() + ev
+""",
+        "resume_stream": """
+where = request.headers.get("last-event-id", request.query_params.get("after", "0"))
+if not where.isdigit():
+    return bad_request("bad cursor")
+try:
+    await request.app.state.replay_log.read(stream_id, int(where), 0)
+except NotKept as e:
+    return JSONResponse(error_body(str(e), "not_found_error"), 404)
+except LogFailed as e:
+    return JSONResponse(error_body(str(e), "service_unavailable"), 503)
+body = follow(request.app.state.replay_log, stream_id, int(where))
+headers = SSE_HEADERS | {"X-Stream-Id": stream_id}
+return StarletteStreamingResponse(body, media_type="text/event-stream", headers=headers)
+""",
+        "stop_stream": """
+try:
+    if await request.app.state.replay_log.stop(stream_id):
+        return JSONResponse({"id": stream_id, "object": "stream", "status": "cancelled"})
+except LogFailed as e:
+    return JSONResponse(error_body(str(e), "service_unavailable"), 503)
+return JSONResponse(error_body("no such stream", "not_found_error"), 404)
+""",
     }.items()
 }
 
@@ -736,7 +896,7 @@ def test_each_broken_variant_is_flagged_as_the_near_copy_of_the_reference_it_is(
 
 def test_a_learner_who_copied_half_of_their_parts_is_still_flagged() -> None:
     reference = reference_source()
-    copied = {"make_client", "chat_completions", "sse_events", "read_events", "relay"}
+    copied = {"make_client", "chat_completions", "sse_events", "read_events", "relay", "produce"}
     parts = {r.function: "\n".join(r.solution) for r in regions(reference)}
     half = fill_regions(reference, {f: parts[f] if f in copied else HONEST_PARTS[f] for f in parts})
     row = compare_roster({"ana": half}, reference=reference)["ana"]
