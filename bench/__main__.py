@@ -9,6 +9,9 @@
     python -m bench relay [...]         what the reference relay adds to TTFT (bench/relay.py)
     python -m bench windows [...]       a hang-up's cost to the real engine, queued and whole
                                         (bench/windows.py)
+    python -m bench resume [...]        resumable streams on two replicas behind nginx, one
+                                        Redis: resume, Stop, grace, Redis down, memory
+                                        (bench/resume.py)
     python -m bench report FILE.json    print the table and goals of an earlier run again
 
 Results: ``bench/results/bench-<time>.json`` and PNG plots beside it; the markdown table for the
@@ -35,6 +38,7 @@ PARTS = {
     "mock-capacity": HERE / "mock_capacity.py",
     "relay": HERE / "relay.py",
     "windows": HERE / "windows.py",
+    "resume": HERE / "resume.py",
     "soak": HERE.parent / "tests" / "reliability" / "soak.py",
 }
 
