@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from another_user import AnotherUser
 
 from labkit.grading.confine import Sandbox, confinement_works, run_confined
 from labkit.grading.isolation import NOBODY, readonly_paths
@@ -170,23 +171,23 @@ def test_confinement_works_here_as_root(tmp_path: Path) -> None:
     assert confinement_works(str(tmp_path)) == ""
 
 
-def test_confinement_says_why_not_to_a_user_without_root(tmp_path: Path) -> None:
+def test_confinement_says_why_not_to_a_user_without_root(
+    tmp_path: Path, another_user: AnotherUser
+) -> None:
+    """Bug: run with this venv's Python, which that user may not be able to start (a clone in
+    a folder only root may enter), the child died before it said anything. Fix: a Python that
+    user can start, with labkit (the ``another_user`` fixture)."""
     tmp_path.chmod(0o777)
     shown = subprocess.run(
-        [
-            "setpriv",
-            f"--reuid={NOBODY}",
-            f"--regid={NOBODY}",
-            "--clear-groups",
-            "--",
-            sys.executable,
+        another_user.command(
             "-c",
-            "import sys; from labkit.grading.confine import confinement_works; "
-            "print(confinement_works(sys.argv[1]))",
+            "import os, sys; from labkit.grading.confine import confinement_works; "
+            "print(os.getuid(), confinement_works(sys.argv[1]))",
             str(tmp_path),
-        ],
+        ),
         capture_output=True,
         text=True,
+        env=another_user.env(),
         check=True,
     )
-    assert "needs root" in shown.stdout
+    assert shown.stdout.startswith(f"{NOBODY} ") and "needs root" in shown.stdout

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from another_user import AnotherUser
 
 from labkit.grading.confine import Sandbox
 from labkit.grading.isolation import NOBODY, readonly_paths
@@ -136,15 +137,18 @@ def test_the_zygote_socket_is_roots_alone(zygote: Zygote) -> None:
     assert (mode, folder) == (0o600, 0o700)
 
 
-def test_a_zygote_started_without_root_says_why_and_ends() -> None:
+def test_a_zygote_started_without_root_says_why_and_ends(another_user: AnotherUser) -> None:
+    """Bug: run with this venv's Python, which that user may not be able to start (a clone in
+    a folder only root may enter), the zygote died before it said why. Fix: a Python that user
+    can start, with labkit (the ``another_user`` fixture)."""
     home = Path(tempfile.mkdtemp())  # not below pytest's own folder, which is root's alone
     try:
         home.chmod(0o777)
-        drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
         shown = subprocess.run(
-            [*drop, sys.executable, "-m", "labkit.grading.zygote", str(home / "zygote.sock")],
+            another_user.command("-m", "labkit.grading.zygote", str(home / "zygote.sock")),
             capture_output=True,
             text=True,
+            env=another_user.env(),
             timeout=60,
             check=True,
         )
