@@ -16,8 +16,9 @@
 
 Exit codes: 0 every check passed, 1 some check failed (or a submission could not be graded),
 2 a usage or setup error (bad arguments, missing file, bad rubric, the grader's own mock did not
-start). Each subcommand is one ``_add_<name>`` function that registers its arguments and the
-function that runs it. Each grading command takes only its own options, so the parser itself
+start, a grading user that cannot start the grader's Python: then nothing is graded). Each
+subcommand is one ``_add_<name>`` function that registers its arguments and the function that
+runs it. Each grading command takes only its own options, so the parser itself
 refuses a combination that means nothing (``labkit grade-class --gradescope``); the old
 ``labkit grade --url`` and ``labkit grade --roster`` are usage errors that name the command
 to run instead.
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.checks.catalogue import ALL_IDS, PROFILES, select
-from labkit.errors import LabkitError, UsageError
+from labkit.errors import GraderEnvironmentError, LabkitError, UsageError
 from labkit.grading import gradescope
 from labkit.grading.answers import (
     collect_roster,
@@ -51,6 +52,7 @@ from labkit.grading.class_results import (
     summary_lines,
     write_results,
 )
+from labkit.grading.environment import require_environment
 from labkit.grading.grader import agrade_url
 from labkit.grading.report import SubmissionReport, render_table
 from labkit.grading.roster import (
@@ -221,6 +223,13 @@ def _run_grade(args: argparse.Namespace) -> int:
             results = gradescope.message_results(message, time.monotonic())
             gradescope.write_results(Path(args.gradescope), results)
         raise UsageError(message)
+    try:  # before anything starts: a grader that cannot start Python gives no score
+        require_environment()
+    except GraderEnvironmentError as exc:
+        if args.gradescope is not None:
+            results = gradescope.environment_results(exc, time.monotonic())
+            gradescope.write_results(Path(args.gradescope), results)
+        raise
     report = _grade_file(args, path, rubric, only)
     if args.gradescope is not None:  # what run_autograder writes for the same grade
         gradescope.write_results(Path(args.gradescope), gradescope.results_for(report))

@@ -3,7 +3,9 @@
 ``run_doctor()`` returns structured lines and prints nothing; ``format_doctor()`` renders them and
 ``doctor_exit_code()`` decides the exit status, so the CLI is three calls. A line is ``ok``,
 ``warn`` (something only one optional step needs, e.g. nginx, redis-server, or the browser
-notebook 14 drives) or ``fail`` (fix it before starting).
+notebook 14 drives) or ``fail`` (fix it before starting). The ``grading user`` line is the
+grader's own check before a session (``labkit.grading.environment``): a machine where it fails
+grades nothing.
 """
 
 from __future__ import annotations
@@ -336,6 +338,31 @@ def _check_engine() -> DoctorLine:
     )
 
 
+def _check_grading_user() -> DoctorLine:
+    """The grader's own check (``labkit.grading.environment``): can the user that runs learner
+    code start this Python, in the sandbox grading will use, and import what a proxy needs?"""
+    from labkit.errors import LabkitError
+    from labkit.grading.environment import check_environment
+
+    try:
+        checked = check_environment()
+    except LabkitError as exc:  # LABKIT_SANDBOX names a sandbox that cannot run here
+        return DoctorLine(
+            "grading user", "fail", str(exc), "make that sandbox work, or unset LABKIT_SANDBOX"
+        )
+    if checked.ok:
+        return DoctorLine("grading user", "ok", checked.describe())
+    found = checked.describe() + (f" (its stderr: {checked.details})" if checked.details else "")
+    return DoctorLine(
+        "grading user",
+        "fail",
+        found,
+        "nothing can be graded here until that user can: install Python and the virtual "
+        "environment outside a folder only its owner may enter (such as /root, or one "
+        "`mktemp -d` made), or install bubblewrap, whose sandbox binds them in",
+    )
+
+
 def _mock_fix(external: str | None) -> str:
     if external:
         return "start it (`mock-upstream --port 8001`) or unset LABKIT_UPSTREAM_URL"
@@ -352,6 +379,7 @@ _CHECKS: tuple[Callable[[], DoctorLine | list[DoctorLine]], ...] = (
     _check_redis_server,
     _check_browser,
     _check_mock_upstream,
+    _check_grading_user,
     _check_engine,
 )
 

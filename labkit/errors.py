@@ -26,6 +26,8 @@ The hierarchy::
     ├── SolutionRegionError          solution-region delimiters that do not pair up
     ├── UsageError                   a command line that cannot be done
     ├── GradingError                 grading could not be set up
+    ├── GraderEnvironmentError       the grading user cannot start the grader's Python or
+    │                                import what a proxy needs: nothing is graded
     ├── SandboxUnavailableError      the sandbox LABKIT_SANDBOX names cannot run here
     ├── CgroupUnavailable            no cgroup with the wanted limits can be made here
     ├── NetworkSetupError            a grading's own network namespace is not usable
@@ -53,6 +55,7 @@ GradingError`` works).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar, Final, Literal
 
 __all__ = [
@@ -68,6 +71,7 @@ __all__ = [
     "EngineNotBuiltError",
     "EngineReadError",
     "GatewayFailure",
+    "GraderEnvironmentError",
     "GradingError",
     "InvalidTargetError",
     "LabkitError",
@@ -374,6 +378,38 @@ class GradingError(LabkitError):
     """Grading could not be set up (bad paths, a worker that could not start the mocks)."""
 
     kind: ClassVar[str] = "grading_setup_failed"
+
+
+class GraderEnvironmentError(LabkitError):
+    """The user that runs learner code (in the sandbox it gets) could not start the grader's
+    Python and import what a proxy needs (``labkit.grading.environment``): every proxy would
+    die before it served, through no fault of the learner's, so nothing is graded and no score
+    is given."""
+
+    kind: ClassVar[str] = "grader_environment_broken"
+
+    def __init__(
+        self, *, user: str, python: str, imports: Sequence[str], problem: str, details: str = ""
+    ) -> None:
+        message = (
+            f"The grader's environment is broken, not the submission: {user} could not start "
+            f"{python} and import what a proxy needs ({', '.join(imports)}): {problem}."
+        )
+        if details:
+            message += f" Last lines of its stderr:\n{details}\n"
+        else:
+            message += " "
+        message += (
+            "No submission was graded and no score was given. Make the interpreter, its "
+            "libpython and the lab's packages readable by that user (install Python and the "
+            "virtual environment outside a folder only its owner may enter, such as /root or "
+            "one `mktemp -d` made); `labkit doctor` runs the same check. Then grade again."
+        )
+        super().__init__(message)
+        self.user = user
+        self.python = python
+        self.problem = problem
+        self.details = details
 
 
 class SandboxUnavailableError(LabkitError):

@@ -67,5 +67,11 @@ rm -rf "$ROOT/venv"
 from labkit.grading.isolation import choose
 print("setup.sh: learner code will run in:", choose().describe())
 print("setup.sh: machine:", machine.describe())'
+# The user that will run learner code must start this Python with what a proxy needs, in that
+# sandbox: else every submission would be stopped ungraded. Better the image fails to build.
+"$ROOT/venv/bin/python" -m labkit.grading.environment | sed 's/^/setup.sh: /' || {
+  echo "setup.sh: the grader's environment is broken (above): fix it before any submission."
+  exit 1
+}
 
 echo "setup.sh: done"

@@ -7,7 +7,10 @@ with the ``notebooks/`` folder beside it, or the ``submission.zip`` that ``make 
 ``results/results.json`` afterwards. When that file is missing or not JSON, all the learner sees
 is "The autograder failed to execute correctly", so ``run`` writes one in every case: score 0
 and a plain message for nothing submitted, a notebook instead of ``proxy.py``, a syntax or
-import error, and a crash of the grader itself.
+import error, and a crash of the grader itself. One case gets no score at all: a grader whose
+grading user cannot start Python with what a proxy needs (``labkit.grading.environment``),
+where every proxy would die through no fault of the learner's. Its results say so, to the
+learner and to the instructor, and ``main`` exits 2 (``run_autograder`` passes it on).
 
 ``python -m labkit.grading.gradescope [--root DIR] [--rubric TOML]`` is what
 ``run_autograder`` calls (see ``labkit.grading.autograder`` for the zip that carries it);
@@ -36,15 +39,18 @@ from pathlib import Path
 from typing import Any
 
 from labkit.checks import CheckResult
-from labkit.errors import GradingError, NotGradable
+from labkit.errors import GraderEnvironmentError, GradingError, NotGradable
+from labkit.grading.environment import require_environment
 from labkit.grading.report import SubmissionReport, feedback_markdown, summary_of
 from labkit.grading.roster import Submission, grade_in_worker, notebooks_beside, proxy_from_zip
 from labkit.grading.rubric import Rubric
 
 __all__ = [
     "DEFAULT_ROOT",
+    "ENVIRONMENT_BROKEN",
     "Found",
     "NotGradable",
+    "environment_results",
     "find_submission",
     "main",
     "message_results",
@@ -142,6 +148,28 @@ def message_results(message: str, started: float) -> dict[str, Any]:
     }
 
 
+ENVIRONMENT_BROKEN = (
+    "Your file was not graded, and no score was given: the grader's own environment is broken "
+    "(it could not start Python as the user that runs your proxy). That is not a verdict on "
+    "your proxy and nothing for you to fix. Tell your instructor; once the autograder is "
+    "fixed, your submission can be graded again."
+)
+
+
+def environment_results(error: GraderEnvironmentError, started: float) -> dict[str, Any]:
+    """Results without a score: the grader's environment is broken, said to the learner, then
+    the whole error for the instructor. No ``score`` and no ``tests`` (whose scores Gradescope
+    would add up to one): Gradescope's specification needs one or the other, so no grade can be
+    read from this file, and the run shows as a failed autograder run rather than a 0 (read
+    from the specification; not tried on Gradescope itself)."""
+    return {
+        "output": f"{ENVIRONMENT_BROKEN}\n\nFor your instructor: {error}",
+        "execution_time": round(time.monotonic() - started),
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+    }
+
+
 def _leaderboard(report: SubmissionReport) -> list[dict[str, Any]]:
     trickle = report.result("trickle")
     if trickle is None or not trickle.passed:
@@ -219,7 +247,9 @@ def run(root: Path, rubric_path: str | None = None, course: Path | None = None) 
     """Grade ``root/submission`` and write ``root/results/results.json``; returns what it
     wrote. With ``course`` (the planned course the autograder zip carries) the in-notebook
     parts are graded too: from the ``notebooks/`` beside ``proxy.py``, else each scores 0
-    saying what to upload. Never raises for anything the submission or the grader does."""
+    saying what to upload. When the grading user cannot start Python with what a proxy needs
+    (``environment.require_environment``), the results hold no score
+    (``environment_results``). Never raises for anything the submission or the grader does."""
     started = time.monotonic()
     target = root / "results" / "results.json"
     try:
@@ -227,10 +257,13 @@ def run(root: Path, rubric_path: str | None = None, course: Path | None = None) 
         found = find_submission(root / "submission")
         notebooks = notebooks_beside(found.path) if course is not None else None
         submission = Submission(found.path.name, found.path, notebooks, parts=course is not None)
+        require_environment()
         report = grade_in_worker(submission, rubric, rubric_path=rubric_path, course=course)
         results = results_for(report, found.note)
     except NotGradable as exc:
         results = message_results(str(exc), started)
+    except GraderEnvironmentError as exc:  # the grader's fault: no score for the learner
+        results = environment_results(exc, started)
     except Exception:  # the grader's own failure: still a results file, and the log says why
         traceback.print_exc()
         results = message_results(
@@ -257,7 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     course = Path(args.course) if args.course else None
     results = run(Path(args.root), args.rubric, course)
-    print(f"score {results['score']}; wrote {Path(args.root) / 'results' / 'results.json'}")
+    written = Path(args.root) / "results" / "results.json"
+    if "score" not in results:  # the grader's environment is broken: not graded
+        print(f"error: not graded, no score written to {written}", file=sys.stderr)
+        print(results["output"], file=sys.stderr)
+        return GraderEnvironmentError.exit_code
+    print(f"score {results['score']}; wrote {written}")
     return 0
 
 

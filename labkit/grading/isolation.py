@@ -105,6 +105,10 @@ class Isolation:
             f"limits: {self.limits.describe(cgroup=os.geteuid() == 0)}"
         )
 
+    def grading_user(self) -> str:
+        """Who runs learner code here, and in what, for a message."""
+        return "the grader's own user (no sandbox)"
+
     def prepare(self, folders: Iterable[Path]) -> None:
         """Make ``folders`` (the submission's own) usable by the process that will run there."""
 
@@ -165,6 +169,11 @@ class NoSandbox(Isolation):
             f"{where}no sandbox of its own ({self.reason}): {rights}; "
             f"limits: {self.limits.describe(cgroup=os.geteuid() == 0)}"
         )
+
+    def grading_user(self) -> str:
+        if self.uid is None:
+            return "the grader's own user (no sandbox of its own)"
+        return f"the grading user (uid {self.uid}, no sandbox of its own)"
 
     def prepare(self, folders: Iterable[Path]) -> None:
         if self.uid is not None:
@@ -252,6 +261,11 @@ class Bubblewrap(Isolation):
             f"submission's own folder, a private /tmp and PID namespace, {user}; limits: "
             f"{self.limits.describe(cgroup=os.geteuid() == 0)}"
         )
+
+    def grading_user(self) -> str:
+        if os.geteuid() == 0:
+            return f"the grading user (uid {NOBODY}, inside bubblewrap)"
+        return "the grader's own user (inside bubblewrap)"
 
     def prepare(self, folders: Iterable[Path]) -> None:
         if os.geteuid() == 0:

@@ -35,6 +35,7 @@ from typing import Literal
 from labkit.checks.catalogue import select
 from labkit.checks.machine import Budget, cpu_limit
 from labkit.errors import GradingError
+from labkit.grading.environment import require_environment
 from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.rubric import Rubric
 from labkit.grading.sandbox import clean_env
@@ -307,9 +308,14 @@ def grade_many(
 
     ``on_done(n, report)`` is called as each learner finishes (n counts from 1), for progress;
     ``on_note(text)`` with what the instructor should know about how the class is graded.
+
+    Before anyone is graded, the grading user must be able to start Python with what a proxy
+    needs (``environment.require_environment``, once for the class): raises
+    ``GraderEnvironmentError`` when it cannot, and no learner gets a score.
     """
     lanes = jobs or default_jobs()
     budget = Budget.here()  # read once: every worker's time limit is set for this machine
+    require_environment(budget=budget)
     halves: dict[int, list[Future[SubmissionReport]]] = {}
     reports: dict[int, SubmissionReport] = {}
     with contextlib.ExitStack() as stack:

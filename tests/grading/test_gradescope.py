@@ -221,14 +221,24 @@ def test_an_upload_without_a_proxy_gets_a_message_that_says_what_to_upload(
 
 
 @pytest.mark.sockets
-def test_a_grader_that_cannot_start_still_leaves_results(
+def test_a_grader_that_cannot_start_still_leaves_results_with_no_score(
     tmp_path: Path, autograder_zip: Path
 ) -> None:
+    """Bug: a grader whose Python could not start gave the learner a score of 0. Fix: the
+    grader's own fault is no grade: results without a score, and run_autograder's exit status
+    is the grader's (the grader's environment check: tests/grading/test_grader_environment.py).
+    """
     root = _root(tmp_path, autograder_zip, venv=tmp_path / "no-such-venv")
     shutil.copy(REFERENCE, root / "submission" / "proxy.py")
-    results = _run(root)
-    assert results["score"] == 0
-    assert results["output"].startswith("The grader could not start (exit status 127)")
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root)}
+    done = subprocess.run(["bash", str(root / "run_autograder")], env=env, capture_output=True)
+    assert done.returncode == 127, done.stderr.decode()
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert set(results) <= TOP_FIELDS and "score" not in results and "tests" not in results
+    assert results["output"].startswith(
+        "The grader could not start (exit status 127), so your file was not graded and no "
+        "score was given: the grader's environment is broken"
+    )
 
 
 def test_a_whole_repository_upload_finds_the_learners_proxy(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ def test_doctor_on_this_machine_checks_everything_and_reaches_the_mock() -> None
         "redis-server",
         "browser",
         "mock upstream",
+        "grading user",
     ):
         assert check in by_check
     assert "package uvicorn" in by_check and "package httpx" in by_check
@@ -33,6 +34,7 @@ def test_doctor_on_this_machine_checks_everything_and_reaches_the_mock() -> None
     assert by_check["mock upstream"].status == "ok", by_check["mock upstream"]
     assert by_check["localhost ports"].status == "ok"
     assert by_check["python"].status == "ok"
+    assert by_check["grading user"].status == "ok", by_check["grading user"]
     assert all(line.fix for line in lines if not line.ok)
 
 

@@ -19,6 +19,7 @@ from labkit.errors import (
     EngineNotBuiltError,
     EngineReadError,
     GatewayFailure,
+    GraderEnvironmentError,
     InvalidTargetError,
     LabkitError,
     MemoryLimitExceeded,
@@ -149,6 +150,23 @@ PINNED: list[tuple[Exception, str]] = [
         "LABKIT_SANDBOX=bubblewrap, but bwrap not found: install bubblewrap (Debian/Ubuntu: "
         "apt-get install bubblewrap). Make bubblewrap work here, or unset LABKIT_SANDBOX to "
         "grade in the strongest sandbox this machine allows (each report names it).",
+    ),
+    (
+        GraderEnvironmentError(
+            user="the grading user (uid 61234, no sandbox of its own)",
+            python="/autograder/venv/bin/python",
+            imports=("fastapi", "redis"),
+            problem="Python did not start (exit status 126)",
+            details="prlimit: failed to execute /autograder/venv/bin/python: Permission denied",
+        ),
+        "The grader's environment is broken, not the submission: the grading user (uid 61234, "
+        "no sandbox of its own) could not start /autograder/venv/bin/python and import what a "
+        "proxy needs (fastapi, redis): Python did not start (exit status 126). Last lines of "
+        "its stderr:\nprlimit: failed to execute /autograder/venv/bin/python: Permission "
+        "denied\nNo submission was graded and no score was given. Make the interpreter, its "
+        "libpython and the lab's packages readable by that user (install Python and the "
+        "virtual environment outside a folder only its owner may enter, such as /root or one "
+        "`mktemp -d` made); `labkit doctor` runs the same check. Then grade again.",
     ),
     (
         RubricError("rubric.toml", "weights.trickle is 'a lot', expected a number"),
