@@ -15,6 +15,7 @@ could serve, with four of them starting at once on half a CPU.
 Layers, bottom first (a module imports from its own layer and the ones before it, never from a
 later one; tests/labkit_core/test_layers.py reads this list and enforces it):
 
+    mock: mock_upstream
     core: errors wire sse scrape _blocking _ssl _decompress _capture_model _recorder
           capture servers regions packaging stream_gateway
     services: engine upstream chat plots
@@ -22,6 +23,9 @@ later one; tests/labkit_core/test_layers.py reads this list and enforces it):
     grading: grading
     surface: proxy_file student doctor cli
 
+The mock (``mock_upstream``, its own package) imports nothing of labkit; the core counts tokens
+with its tokenizer and starts it, so importing the core must stay cheap: the mock's package loads
+its names on first use, and a test imports ``labkit.capture`` and finds no FastAPI in it.
 The core is formats, capture and processes; services run an engine, a mock or a page on it;
 checks observe a proxy through them (notebook_checks judges the parts written in the notebooks,
 and records its verdicts for the grader); grading runs the checks on submissions; the surface is

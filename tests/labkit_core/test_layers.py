@@ -1,11 +1,18 @@
 """labkit's imports go one way: down the layers written at the top of ``labkit/__init__.py``.
 
+Both packages we own are in the graph: ``labkit`` and ``mock_upstream``, the mock LLM server,
+which is one unit in the lowest layer. labkit builds on it (its core counts tokens with the mock's
+tokenizer and starts the mock; its checks shape requests with the mock's scenarios); it imports
+nothing of labkit, so a child process that serves the mock loads no labkit. What a layer cannot
+say, that importing the core stays cheap (no FastAPI, no Prometheus, no mock app), a test below
+says by importing it in a fresh interpreter.
+
 A module may import from its own layer and from the layers below it, never from one above: the
 core (errors, the SSE and wire formats, capture, servers) knows nothing of checks; checks know
 nothing of grading; grading knows nothing of the notebooks' surface, the CLI or the bundle maker.
 Every import counts, at module level or inside a function (a lazy import still couples the
-modules). ``import labkit`` for the package's own path (``labkit.__file__``) is not a dependency:
-the package loads its names on first use.
+modules). ``import labkit`` (or ``import mock_upstream``) for the package's own path
+(``labkit.__file__``) is not a dependency: each package loads its names on first use.
 
 The layers are read from the package docstring, so the written architecture and the enforced
 one are the same text.
@@ -15,12 +22,18 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import labkit
+import pytest
 
-PACKAGE = Path(labkit.__file__).parent
+import labkit
+import mock_upstream
+
+PACKAGES = (Path(labkit.__file__).parent, Path(mock_upstream.__file__).parent)
+ROOTS = frozenset(package.name for package in PACKAGES)
 PATH_ONLY = {"__file__", "__path__", "__name__"}
 
 
@@ -39,20 +52,24 @@ def layers() -> dict[str, int]:
 
 
 def unit_of(module: str) -> str:
-    """``labkit.checks.cancel`` -> ``checks``; ``labkit.wire`` -> ``wire``."""
+    """``labkit.checks.cancel`` -> ``checks``; ``labkit.wire`` -> ``wire``; every module of the
+    mock (``mock_upstream.tokenizer``) -> ``mock_upstream``."""
+    if module.split(".")[0] != "labkit":
+        return module.split(".")[0]
     return module.split(".")[1] if "." in module else "labkit"
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = next(p for p in PACKAGES if path.is_relative_to(p))
+    parts = list(path.relative_to(package.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _uses_more_than_the_path(tree: ast.AST) -> bool:
+def _uses_more_than_the_path(tree: ast.AST, root: str) -> bool:
     return any(
         isinstance(node, ast.Attribute)
         and isinstance(node.value, ast.Name)
-        and node.value.id == "labkit"
+        and node.value.id == root
         and node.attr not in PATH_ONLY
         for node in ast.walk(tree)
     )
@@ -71,8 +88,9 @@ def _type_checking_only(tree: ast.AST) -> set[int]:
 def imports(
     source: str, module: str, is_package: bool = False, modules: frozenset[str] = frozenset()
 ) -> Iterator[str]:
-    """The labkit modules that ``module``'s source imports, anywhere in it. ``from P import N``
-    imports the module ``P.N`` when that is one of ``modules``, else ``P`` itself."""
+    """The modules of ours (labkit's, the mock's) that ``module``'s source imports, anywhere in
+    it. ``from P import N`` imports the module ``P.N`` when that is one of ``modules``, else
+    ``P`` itself."""
     tree = ast.parse(source)
     skipped = _type_checking_only(tree)
     base = module.split(".") if is_package else module.split(".")[:-1]
@@ -81,15 +99,15 @@ def imports(
             continue
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name == "labkit" and not _uses_more_than_the_path(tree):
+                if alias.name in ROOTS and not _uses_more_than_the_path(tree, alias.name):
                     continue
-                if alias.name.split(".")[0] == "labkit":
+                if alias.name.split(".")[0] in ROOTS:
                     yield alias.name
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 package = ".".join(base[: len(base) - node.level + 1])
                 source_module = f"{package}.{node.module}" if node.module else package
-            elif node.module and node.module.split(".")[0] == "labkit":
+            elif node.module and node.module.split(".")[0] in ROOTS:
                 source_module = node.module
             else:
                 continue
@@ -99,7 +117,7 @@ def imports(
 
 
 def graph() -> dict[str, set[str]]:
-    paths = sorted(PACKAGE.rglob("*.py"))
+    paths = sorted(path for package in PACKAGES for path in package.rglob("*.py"))
     modules = frozenset(module_name(path) for path in paths)
     return {
         module_name(path): set(
@@ -157,7 +175,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_every_module_of_labkit_has_a_layer() -> None:
+def test_every_module_of_labkit_and_the_mock_has_a_layer() -> None:
     layer = layers()
     units = {unit_of(name) for name in graph()} - {"labkit"}
     assert not units - layer.keys(), (
@@ -212,6 +230,12 @@ def test_lazy_and_relative_imports_count_and_type_checking_ones_do_not() -> None
     ) == {"labkit.checks.cancel", "labkit.checks"}
     assert found == {"labkit.checks.machine", "labkit.student"}
     assert set(imports("import labkit\nlabkit.run_checks()\n", "labkit.wire")) == {"labkit"}
+    # the mock's modules are edges too; its package imported for its folder is not
+    source = "import mock_upstream\nfrom mock_upstream.tokenizer import count_tokens\n"
+    assert set(imports(source + "mock_upstream.__file__\n", "labkit.packaging")) == {
+        "mock_upstream.tokenizer"
+    }
+    assert unit_of("mock_upstream.tokenizer") == unit_of("mock_upstream") == "mock_upstream"
 
 
 MODULES = frozenset({"labkit.checks", "labkit.checks.cancel"})
@@ -219,5 +243,52 @@ MODULES = frozenset({"labkit.checks", "labkit.checks.cancel"})
 
 def test_the_layers_are_written_where_a_reader_finds_them() -> None:
     assert re.search(r"Layers, bottom first", labkit.__doc__ or "")
-    assert layers()["errors"] == 0
+    assert layers()["mock_upstream"] == 0
+    assert layers()["errors"] == 1
     assert layers()["cli"] == max(layers().values())
+
+
+def test_the_mock_imports_nothing_of_labkit() -> None:
+    """The mock is the lowest layer: its child process (``mock_upstream.served``) and the
+    ``mock-upstream`` command load no labkit, and labkit may build on any of it."""
+    edges = graph()
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in edges.items()
+        if unit_of(module) == "mock_upstream"
+        for target in targets
+        if unit_of(target) != "mock_upstream"
+    )
+    assert not wrong, (
+        "mock_upstream is below labkit (labkit/__init__.py's layers): move what the mock needs "
+        "into mock_upstream, or pass it in from labkit:\n" + "\n".join(wrong)
+    )
+    into_the_mock = {
+        module
+        for module, targets in edges.items()
+        if unit_of(module) != "mock_upstream"
+        and any(unit_of(target) == "mock_upstream" for target in targets)
+    }
+    assert "labkit._recorder" in into_the_mock, "the graph no longer sees labkit's edges into it"
+
+
+# What the core must not load: a server, its framework, its metrics. The core imports the mock's
+# tokenizer, and importing any module of a package runs the package's __init__ first.
+SERVER_MODULES = ("fastapi", "starlette", "prometheus_client", "uvicorn", "mock_upstream.app")
+
+
+@pytest.mark.sockets
+def test_importing_labkit_capture_loads_no_server() -> None:
+    """Bug: ``import labkit.capture`` loaded the whole mock app (FastAPI, Prometheus, every wire
+    format) because ``labkit._recorder`` imports ``mock_upstream.tokenizer`` and
+    ``mock_upstream/__init__.py`` imported the app: about 0.36 s of 0.5 s. Fix: the mock's
+    package loads its names on first use (docs/architecture.md has the before and after)."""
+    code = (
+        "import sys, labkit.capture, mock_upstream.tokenizer, mock_upstream; "
+        f"print(sorted(m for m in {SERVER_MODULES!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", (
+        f"importing labkit.capture loaded {out.stdout.strip()}: a module of labkit's core or "
+        "mock_upstream/__init__.py imports a server at module level; import it where it is used"
+    )
