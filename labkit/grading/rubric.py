@@ -2,7 +2,7 @@
 
 Every key is optional; an empty file (or no file) gives the defaults::
 
-    max_score = 100            # what a submission that passes every check gets
+    max_score = 100            # what a submission that passes every check gets (whole cents)
     submission_timeout_s = 90  # wall-time limit for grading one submission, at one CPU or more
     inconclusive = "leave_out"  # or "award": what a check the machine could not decide is worth
 
@@ -144,7 +144,7 @@ class Rubric:
         to the largest remainders, ties to the check listed first. Raises ``ValueError`` when
         ``max_score`` is not a whole number of ``unit``s."""
         units = round(self.max_score / unit)
-        if not math.isclose(units * unit, self.max_score, abs_tol=1e-9):
+        if not _whole_units(self.max_score, unit):
             raise ValueError(f"max_score = {self.max_score:g} is not a whole number of {unit:g}")
         exact = {i: share / unit for i, share in self.points(list(counted)).items()}
         given = {i: math.floor(value + 1e-9) for i, value in exact.items()}
@@ -222,8 +222,15 @@ class Rubric:
                 f"inconclusive = {inconclusive!r} is not valid; expected "
                 + " or ".join(repr(p) for p in INCONCLUSIVE_POLICIES),
             )
+        max_score = _number(path, "max_score", data.get("max_score", DEFAULT_MAX_SCORE))
+        if not _whole_units(max_score, CENT):  # what allot needs to show each check's points
+            raise RubricError(
+                path,
+                f"max_score = {data['max_score']!r} is not valid; expected a number of points in "
+                f"whole cents (each check's points are shown to {CENT:g}), such as 100 or 99.5",
+            )
         return cls(
-            max_score=_number(path, "max_score", data.get("max_score", DEFAULT_MAX_SCORE)),
+            max_score=max_score,
             submission_timeout_s=_number(
                 path,
                 "submission_timeout_s",
@@ -235,6 +242,13 @@ class Rubric:
             notebook_share=share,
             notebook_weights=notebook_weights,
         )
+
+
+def _whole_units(value: float, unit: float) -> bool:
+    """Whether ``value`` is a whole number of ``unit``s, as far as a float can say: 99.5 is
+    whole cents, 99.999 is not. ``Rubric.allot`` needs it of ``max_score``, ``Rubric.load``
+    checks it for cents (Gradescope's unit) when it reads the file."""
+    return math.isclose(round(value / unit) * unit, value, abs_tol=1e-9)
 
 
 def _part_weights(path: str, table: object, prefix: str = "") -> dict[str, float]:

@@ -56,3 +56,32 @@ def test_a_bad_rubric_names_the_key_and_what_to_write(
 def test_a_missing_rubric_file_says_so(tmp_path: Path) -> None:
     with pytest.raises(RubricError, match="there is no such file"):
         Rubric.load(tmp_path / "nope.toml")
+
+
+def test_a_max_score_in_fractions_of_a_cent_is_refused_when_the_file_is_read(
+    tmp_path: Path,
+) -> None:
+    """Bug: ``Rubric.load`` accepted ``max_score = 99.999``, and ``labkit grade --gradescope``
+    graded the proxy, then stopped with a ``ValueError`` traceback from ``Rubric.allot`` (which
+    shows each check's points in whole cents). Fix: ``load`` checks what ``allot`` needs, and
+    says which file and which value."""
+    path = tmp_path / "rubric.toml"
+    path.write_text("max_score = 99.999\n")
+    with pytest.raises(RubricError) as error:
+        Rubric.load(path)
+    assert str(error.value) == (
+        f"Rubric {path}: max_score = 99.999 is not valid; expected a number of points in whole "
+        "cents (each check's points are shown to 0.01), such as 100 or 99.5. Fix the file, or "
+        "leave --rubric out."
+    )
+
+
+@pytest.mark.parametrize("max_score", ["100", "99.5", "12.34", "0", "1e3"])
+def test_every_max_score_the_file_accepts_can_be_allotted_in_cents(
+    tmp_path: Path, max_score: str
+) -> None:
+    path = tmp_path / "rubric.toml"
+    path.write_text(f"max_score = {max_score}\n")
+    rubric = Rubric.load(path)
+    allotted = rubric.allot(list(CHECK_IDS))
+    assert round(sum(allotted.values()), 2) == float(max_score)
