@@ -79,6 +79,10 @@ GATEWAY_ADVICE: Mapping[str, str] = {
     "grace period must.",
     "replay_bound": RESUMABLE + " Bound the events kept per answer, and refuse a cursor older "
     "than what is kept.",
+    "minute_stream": "keep a long, mostly silent stream open: the gateway's read timeout for "
+    "the upstream must outlast the model's longest silence, and something behind it must send "
+    "the client bytes (SSE comments) more often than the client's or the load balancer's idle "
+    "timeout.",
 }
 
 BY_DESIGN: Mapping[str, str] = {

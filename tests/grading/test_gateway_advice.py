@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from labkit.checks import CHECK_IDS, CheckResult
+from labkit.checks import CheckResult
+from labkit.checks.catalogue import ALL_IDS
 from labkit.checks.concurrency import BLOCKING_ADVICE
 from labkit.checks.gateway_advice import BY_DESIGN, GATEWAY_ADVICE, for_gateway
 from labkit.errors import NginxNotFoundError
@@ -26,9 +27,18 @@ PYTHON = re.compile(
 
 
 def test_every_check_has_gateway_advice_that_names_no_python() -> None:
-    assert set(GATEWAY_ADVICE) == set(CHECK_IDS)
+    assert set(GATEWAY_ADVICE) == set(ALL_IDS)
     for text in [*GATEWAY_ADVICE.values(), *BY_DESIGN.values()]:
         assert not PYTHON.search(text), text
+
+
+@pytest.mark.parametrize("check_id", ["minute_stream"])
+def test_a_gateway_profile_check_failed_by_url_gets_gateway_advice(check_id: str) -> None:
+    """Bug: a gateway graded with --profile gateway that failed minute_stream crashed grade-url
+    with KeyError: 'minute_stream' (the advice covered the lab's checks only). Fix: advice for
+    every check of every profile."""
+    failed = for_gateway(CheckResult(check_id, False, "v", {}, "15_resumable_streams: x"))
+    assert failed.hint == GATEWAY_ADVICE[check_id]
 
 
 def test_a_failure_graded_by_url_gets_the_gateway_advice_and_a_by_design_note() -> None:
