@@ -51,14 +51,20 @@ here that take the facts build the message, so that wording lives here and a tes
 classes that take a whole message get it from the module that raises them, whose tests pin it.
 The modules that raise a class also export it (``from labkit.grading.roster import
 GradingError`` works).
+
+Library code raises; an entry point (``labkit``, ``python -m labkit.grading.classroom``) runs
+its body through ``run_command``, the one handler that shows a ``LabkitError`` as one line,
+``error: <message>`` on stderr, and exits with its ``exit_code``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from typing import ClassVar, Final, Literal
 
 __all__ = [
+    "INTERRUPTED_EXIT_CODE",
     "NGINX_INSTALL_HINT",
     "REDIS_INSTALL_HINT",
     "AlreadyStartedError",
@@ -93,6 +99,7 @@ __all__ = [
     "StartTimeoutError",
     "TargetLoadError",
     "UsageError",
+    "run_command",
 ]
 
 #: How loading a subprocess target failed, as the child saw it (by the class of what loading
@@ -473,3 +480,23 @@ class BrowserUnavailableError(LabkitError):
     """No browser can run here: Playwright or Chromium is missing, or Chromium did not start."""
 
     kind: ClassVar[str] = "browser_unavailable"
+
+
+#: What a command exits with when it is interrupted (Ctrl-C): it did not finish what it was
+#: asked, as for a usage or setup error.
+INTERRUPTED_EXIT_CODE: Final = 2
+
+
+def run_command(body: Callable[[], int]) -> int:
+    """``body()``'s exit status, with the handler every entry point shares: a ``LabkitError``
+    becomes ``error: <message>`` on stderr and its ``exit_code``, Ctrl-C becomes
+    ``interrupted`` and ``INTERRUPTED_EXIT_CODE``. Anything else is a bug in labkit and keeps
+    its traceback."""
+    try:
+        return body()
+    except LabkitError as exc:  # a usage or setup error: the class says which exit code
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return INTERRUPTED_EXIT_CODE

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.checks import CHECKS
-from labkit.errors import LabkitError
+from labkit.errors import GradingError, LabkitError, run_command
 from labkit.grading.report import summary_of
 from labkit.grading.rubric import Rubric, is_part_id
 
@@ -282,11 +282,27 @@ def grade_parts(proxy: Path, notebooks: Path, results: Path) -> dict[str, dict[s
     return found
 
 
+def _read_results(results: Path) -> dict[str, dict[str, Any]]:
+    """The verdicts the first part's step wrote. Raises ``GradingError`` when they are not."""
+    why = "not a table by part id"
+    try:
+        found = json.loads(results.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON
+        found, why = None, str(exc)
+    if isinstance(found, dict):
+        return found
+    raise GradingError(
+        f"Expected the parts' verdicts in {results} as JSON, by part id (the first part's step "
+        f"writes them); that file is not ({why}). Delete it and run the steps again: the first "
+        "step grades the parts and writes it anew."
+    )
+
+
 def part_step(part: str, results: Path, proxy: Path, notebooks: Path) -> int:
     """One part's graded step: its verdict (the parts graded first if no step has yet), and 0
     when it passed, 1 when not."""
     if results.is_file():
-        found: dict[str, dict[str, Any]] = json.loads(results.read_text(encoding="utf-8"))
+        found = _read_results(results)
     else:
         found = grade_parts(proxy, notebooks, results)
     row = found.get(part)
@@ -309,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--proxy", default="proxy.py")
     parser.add_argument("--notebooks", default="notebooks")
     args = parser.parse_args(argv)
-    return part_step(args.part, Path(args.results), Path(args.proxy), Path(args.notebooks))
+    return run_command(
+        lambda: part_step(args.part, Path(args.results), Path(args.proxy), Path(args.notebooks))
+    )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,9 @@ import yaml
 from grading_support import REFERENCE
 
 from labkit.checks import CHECK_IDS
+from labkit.errors import GradingError, run_command
 from labkit.grading.classroom import RUNNER_PATTERN, WORKFLOW_FILE, grader_files, step_points
+from labkit.grading.classroom import main as classroom_main
 from labkit.grading.notebook_parts import COURSE_FILE, course_notebooks, read_course
 from labkit.grading.rubric import Rubric, is_part_id
 from labkit.student import make_bundle
@@ -335,3 +337,40 @@ def test_a_part_step_grades_the_learners_notebooks_once_and_answers_for_its_part
     results.unlink()
     alone = _part_step(bundle, "nb14.predict", results)
     assert alone.returncode == 1 and "make submit" in alone.stdout
+
+
+def test_a_part_step_that_cannot_grade_says_why_in_one_line_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bug: ``python -m labkit.grading.classroom`` had no error handler: a verdicts file that is
+    not JSON, or a grader installed without its course (``GradingError``), ended the step with
+    a traceback in the learner's Actions log. Fix: ``main`` runs through ``run_command``, the
+    handler ``labkit``'s own ``main`` uses: ``error: <message>`` and the error's exit code."""
+    results = tmp_path / "notebook-parts.json"
+    results.write_text("{ half a file", encoding="utf-8")
+    assert classroom_main(["nb08.adapter", "--results", str(results)]) == GradingError.exit_code
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err == (
+        f"error: Expected the parts' verdicts in {results} as JSON, by part id (the first "
+        "part's step writes them); that file is not (Expecting property name enclosed in "
+        "double quotes: line 1 column 3 (char 2)). Delete it and run the steps again: the "
+        "first step grades the parts and writes it anew.\n"
+    )
+
+
+def test_every_labkit_entry_point_shares_one_error_handler(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    def unusable() -> int:
+        raise GradingError("the grader has no course; package it with its notebooks")
+
+    assert run_command(interrupted) == 2
+    assert run_command(unusable) == 2
+    assert run_command(lambda: 1) == 1
+    assert capsys.readouterr().err == (
+        "interrupted\nerror: the grader has no course; package it with its notebooks\n"
+    )
