@@ -4,6 +4,7 @@
     labkit grade proxy.py --engine [URL]     (against a real engine: ours, or the one at URL)
     labkit grade-url http://127.0.0.1:8080 --upstream http://127.0.0.1:8001   (a running proxy)
     labkit grade-url http://127.0.0.1:9000 --engine http://127.0.0.1:8080     (... and its engine)
+    labkit grade-url URL --upstream ... --replica URL2 --profile gateway   (and a second replica)
     labkit grade-class submissions/ --out grades/ [--jobs N] [--reference solutions/proxy.py]
     labkit grade-class submissions/ --shard 2/4 --out grades-2/   (one of four machines)
     labkit merge grades-1/ grades-2/ grades-3/ grades-4/ --out grades/
@@ -109,7 +110,8 @@ def _add_one_report(parser: argparse.ArgumentParser) -> None:
         choices=PROFILES,
         default="lab",
         help="lab: the lab's checks (default, seconds each); gateway: also the cases a deployed "
-        "gateway meets that take the real durations (minute_stream: over a minute)",
+        "gateway meets: the real durations (minute_stream: over a minute) and replicas on one "
+        "Redis (resume_replica: labkit grade starts two; grade-url needs --replica)",
     )
     _add_only(parser)
     _add_rubric(parser)
@@ -288,6 +290,13 @@ def _add_grade_url(subcommands: argparse._SubParsersAction[_CommandParser]) -> N
         help="the real engine that proxy forwards to, OpenAI-compatible (no /v1); a running "
         "proxy cannot be pointed at an engine started now",
     )
+    grade_url.add_argument(
+        "--replica",
+        metavar="URL2",
+        help="a second replica of the same proxy, sharing its replay log (one REDIS_URL): "
+        "resume_replica resumes and stops there the streams it starts at URL (without it, "
+        "that check is skipped)",
+    )
     _add_one_report(grade_url)
     grade_url.set_defaults(run=_run_grade_url)
 
@@ -296,9 +305,11 @@ def _run_grade_url(args: argparse.Namespace) -> int:
     only = _checks_of(args)
     rubric = Rubric.load(args.rubric)
     if args.engine is None:
-        graded = agrade_url(args.url, args.upstream, rubric, only=only)
+        graded = agrade_url(args.url, args.upstream, rubric, only=only, replica_url=args.replica)
     else:
-        graded = agrade_url(args.url, args.engine, rubric, only=only, upstream="engine")
+        graded = agrade_url(
+            args.url, args.engine, rubric, only=only, upstream="engine", replica_url=args.replica
+        )
     return _show_report(args, asyncio.run(graded))
 
 

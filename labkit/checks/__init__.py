@@ -15,7 +15,9 @@ keepalive, keepalive_under_comments, integrity, concurrency, backpressure, passt
 error_before_first_token, tool_calls, resume, resume_twice, resume_stop, resume_grace,
 replay_bound. Each check's module docstring describes its experiment and why a correct and a
 broken proxy land far apart. The last five (notebook 15, resumable streams) need the proxy started
-with settings of their own (``catalogue.proxy_env_for``).
+with settings of their own (``catalogue.proxy_env_for``). The ``gateway`` profile adds
+minute_stream and resume_replica (two replicas of the proxy on one Redis:
+``CheckContext.replica_url``).
 
 Verdicts depend on the property, not on the grader's speed: counts of tokens, states and ratios
 of the experiment's own times where possible, and wide margins where a time is the measure. A

@@ -11,8 +11,9 @@ lane drives its upstream at full speed; it needs a mock of its own, and against
 a shared one ``arun_checks`` runs it after the others (``SOLO_LANE``).
 
 Profiles: ``CHECKS`` are the lab's (``CHECK_IDS``, what every grading runs, each in seconds).
-``GATEWAY_CHECKS`` add what only a deployed gateway meets and that takes the real durations
-(``minute_stream``, over a minute): ``select(profile="gateway")`` runs both.
+``GATEWAY_CHECKS`` add what only a deployed gateway meets: the real durations
+(``minute_stream``, over a minute) and replicas behind a load balancer (``resume_replica``, two
+copies of the proxy on one Redis): ``select(profile="gateway")`` runs both.
 
 On a real engine (``labkit grade --engine``) a check runs its ``on_engine`` experiment, which
 reads the engine's own books instead of the mock's records, within ``engine_budget_s``. The
@@ -26,6 +27,11 @@ and replay log: ``RESUME_GRACE_S``, ``REPLAY_EVENTS``) names them in ``proxy_env
 grader starts its lane's proxy with them (``proxy_env_for(lane)``), so checks that need
 different values of one setting sit in different lanes. Graded by URL, where the proxy's
 settings are not the grader's to choose, those checks are not run.
+
+Replicas: a check that needs more than one copy of the proxy sharing a replay log says how many
+in ``replicas`` (``resume_replica``: 2). The grader starts that many for its lane, on one
+private Redis (``REDIS_URL``), and passes the second as ``CheckContext.replica_url``; graded by
+URL, ``--replica`` names it.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from labkit.checks import (
     replay_bound,
     resume,
     resume_cancel,
+    resume_replica,
     tool_calls,
     trickle,
     upstream_status,
@@ -73,6 +80,7 @@ __all__ = [
     "Profile",
     "lanes_for",
     "proxy_env_for",
+    "replicas_for",
     "select",
 ]
 
@@ -94,7 +102,8 @@ class Check:
     An inconclusive result is run again (``labkit.checks.runner``) unless ``retry_inconclusive``
     is False: for an experiment whose one long window is its own second chance.
     ``proxy_env`` is the environment the experiment needs the proxy started with (its bounds
-    are computed from those settings); see ``proxy_env_for``."""
+    are computed from those settings); see ``proxy_env_for``. ``replicas``: how many copies of
+    the proxy it needs, sharing one Redis (see the module docstring)."""
 
     id: str
     run: CheckRun
@@ -106,6 +115,7 @@ class Check:
     mock_only: str = ""
     retry_inconclusive: bool = True
     proxy_env: Mapping[str, str] = field(default_factory=dict, hash=False)
+    replicas: int = 1
 
 
 CHECKS: tuple[Check, ...] = (
@@ -320,6 +330,15 @@ GATEWAY_CHECKS: tuple[Check, ...] = (
         minute_stream.STEP,
         mock_only="needs a minute-long, mostly silent stream, which only the mock's pacing gives",
     ),
+    Check(
+        resume_replica.ID,
+        resume_replica.check_resume_replica,
+        resume_replica.BUDGET_S,
+        "a stream resumes, and stops, on another replica than the one that took it",
+        resume.STEP,
+        mock_only=RESUME_ONLY,
+        replicas=2,
+    ),
 )
 ALL_IDS: tuple[str, ...] = CHECK_IDS + tuple(check.id for check in GATEWAY_CHECKS)
 BY_ID = {check.id: check for check in CHECKS + GATEWAY_CHECKS}
@@ -348,6 +367,7 @@ LANES: tuple[tuple[str, ...], ...] = (
     ("replay_bound", "resume_grace"),
     ("backpressure",),
     ("minute_stream",),  # gateway profile only: a minute of mostly waiting, beside the others
+    ("resume_replica",),  # gateway profile only: two proxies of its own, on one Redis
 )
 SOLO_LANE = ("backpressure",)
 
@@ -390,6 +410,11 @@ def proxy_env_for(ids: Iterable[str]) -> dict[str, str]:
                 )
             owner.setdefault(name, check_id)
     return env
+
+
+def replicas_for(lane: Iterable[str]) -> int:
+    """How many copies of the proxy the checks ``lane`` need (1: one, no Redis)."""
+    return max((BY_ID[check_id].replicas for check_id in lane), default=1)
 
 
 def lanes_for(ids: Iterable[str]) -> list[tuple[str, ...]]:

@@ -57,7 +57,9 @@ def chat_body(
 @dataclass
 class CheckContext:
     """One check run: the proxy under test, the upstream behind it (the mock, or a real
-    engine when ``upstream == "engine"``), and the time ``budget`` the machine allows."""
+    engine when ``upstream == "engine"``), and the time ``budget`` the machine allows.
+    ``replica_url`` is a second replica of the same proxy sharing its replay log (``REDIS_URL``),
+    for ``resume_replica``; its usage lines go to ``usage_log`` too."""
 
     proxy_url: str
     upstream_url: str
@@ -67,10 +69,13 @@ class CheckContext:
     started_at: float = field(default_factory=time.time)
     upstream: UpstreamKind = "mock"
     budget: Budget = field(default_factory=Budget.here)
+    replica_url: str | None = None
 
     def __post_init__(self) -> None:
         self.proxy_url = self.proxy_url.rstrip("/")
         self.upstream_url = self.upstream_url.rstrip("/")
+        if self.replica_url is not None:
+            self.replica_url = self.replica_url.rstrip("/")
         # A mock streaming flat out for ``backpressure`` on a starved machine can take seconds
         # to answer: wait for its books longer than a learner's client would.
         self.mock = MockUpstream(

@@ -83,6 +83,9 @@ GATEWAY_ADVICE: Mapping[str, str] = {
     "the upstream must outlast the model's longest silence, and something behind it must send "
     "the client bytes (SSE comments) more often than the client's or the load balancer's idle "
     "timeout.",
+    "resume_replica": RESUMABLE + " Keep that log where every replica reads it (a shared "
+    "store such as Redis), so that a resume or a Stop routed to another replica than the one "
+    "generating the answer finds it.",
 }
 
 BY_DESIGN: Mapping[str, str] = {

@@ -26,8 +26,10 @@ what came). ``observe`` runs the connections; ``judge`` decides (tested in proce
 tests/grading/test_judges_resume.py).
 
 The other checks of notebook 15: ``resume_stop`` and ``resume_grace``
-(``labkit.checks.resume_cancel``), ``replay_bound`` (``labkit.checks.replay_bound``). They share
-``open_resumable`` and ``resume_from`` from here.
+(``labkit.checks.resume_cancel``), ``replay_bound`` (``labkit.checks.replay_bound``), and in the
+``gateway`` profile ``resume_replica`` (``labkit.checks.resume_replica``: the same experiment,
+resumed on another replica). They share ``open_resumable``, ``resume_from`` and
+``observe_drops`` from here.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ __all__ = [
     "judge",
     "last_id",
     "observe",
+    "observe_drops",
     "open_resumable",
     "resume_from",
     "stream_id",
@@ -106,11 +109,18 @@ async def open_resumable(
 
 
 async def resume_from(
-    ctx: CheckContext, stream: str, cursor: str, *, drop_after: int | None, limit_s: float
+    ctx: CheckContext,
+    stream: str,
+    cursor: str,
+    *,
+    drop_after: int | None,
+    limit_s: float,
+    at: str | None = None,
 ) -> Capture:
-    """``GET /v1/streams/{stream}`` with ``Last-Event-ID: cursor``, read like ``open_resumable``."""
+    """``GET /v1/streams/{stream}`` with ``Last-Event-ID: cursor``, read like ``open_resumable``,
+    from the proxy at ``at`` (default: ``ctx``'s; another replica for ``resume_replica``)."""
     return await acapture_stream(
-        f"{ctx.proxy_url}/v1/streams/{stream}",
+        f"{at or ctx.proxy_url}/v1/streams/{stream}",
         method="GET",
         headers={"Last-Event-ID": cursor},
         disconnect_after_events=drop_after,
@@ -167,8 +177,21 @@ class Observed:
 
 
 async def observe(ctx: CheckContext, *, twice: bool = False) -> Observed:
-    seed, scenario = (TWICE_SEED, TWICE_SCENARIO) if twice else (SEED, SCENARIO)
-    drops = 2 if twice else 1
+    if twice:
+        return await observe_drops(ctx, TWICE_SEED, TWICE_SCENARIO, drops=2)
+    return await observe_drops(ctx, SEED, SCENARIO, drops=1)
+
+
+async def observe_drops(
+    ctx: CheckContext,
+    seed: int,
+    scenario: Mapping[str, object],
+    *,
+    drops: int,
+    resume_at: str | None = None,
+) -> Observed:
+    """The experiment with ``drops`` drops, each resumed from the proxy at ``resume_at``
+    (default: the one that took the request; another replica for ``resume_replica``)."""
     limit = ctx.budget.stretch(LIMIT_S)
     direct = await acapture_stream(
         f"{ctx.upstream_url}/v1/chat/completions",
@@ -184,7 +207,9 @@ async def observe(ctx: CheckContext, *, twice: bool = False) -> Observed:
         await asyncio.sleep(AWAY_S)
         drop_after = DROP_AFTER if n + 1 < drops else None
         captures.append(
-            await resume_from(ctx, stream, cursor, drop_after=drop_after, limit_s=limit)
+            await resume_from(
+                ctx, stream, cursor, drop_after=drop_after, limit_s=limit, at=resume_at
+            )
         )
     record = await ctx.record(seed, until=finished)
     reached = record is not None and record.get("scenario", {}).get("tps") == scenario["tps"]

@@ -141,8 +141,9 @@ def _usage_evidence(lines: tuple[Mapping[str, Any], ...] | None) -> Evidence:
 class Stopped:
     """``resume_stop``: the stream's id (None: no ``X-Stream-Id``), when Stop was sent and when
     its answer came (the clock of the mock's records; None: no answer), Stop's status and body,
-    the mock's record of the request as it ended up (None: it never arrived), and the usage
-    log's lines for it (None: no log)."""
+    the mock's record of the request as it ended up (None: it never arrived), the usage
+    log's lines for it (None: no log), and the proxy's ``RESUME_GRACE_S`` (None: the grader
+    did not choose it, as for ``resume_replica``'s replicas)."""
 
     stream_id: str | None
     stopped_at: float
@@ -151,12 +152,15 @@ class Stopped:
     stop_body: Mapping[str, Any] | None
     record: Record | None
     usage_lines: tuple[Mapping[str, Any], ...] | None
+    grace_s: float | None = STOP_GRACE_S
 
 
-async def _stop(ctx: CheckContext, stream: str) -> tuple[int | None, Mapping[str, Any] | None]:
+async def _stop(
+    ctx: CheckContext, stream: str, at: str
+) -> tuple[int | None, Mapping[str, Any] | None]:
     try:
         async with httpx.AsyncClient(timeout=ctx.budget.stretch(STOP_ANSWER_S)) as client:
-            answer = await client.post(f"{ctx.proxy_url}/v1/streams/{stream}/cancel")
+            answer = await client.post(f"{at}/v1/streams/{stream}/cancel")
     except httpx.HTTPError:
         return None, None
     try:
@@ -166,19 +170,28 @@ async def _stop(ctx: CheckContext, stream: str) -> tuple[int | None, Mapping[str
     return answer.status_code, body if isinstance(body, dict) else None
 
 
-async def observe_stop(ctx: CheckContext) -> Stopped:
+async def observe_stop(
+    ctx: CheckContext,
+    *,
+    seed: int = STOP_SEED,
+    stop_at: str | None = None,
+    grace_s: float | None = STOP_GRACE_S,
+) -> Stopped:
+    """The experiment, its request tagged ``seed``, Stop sent to the proxy at ``stop_at``
+    (default: the one that took the request; another replica for ``resume_replica``, whose
+    proxies run with a ``grace_s`` of their own)."""
     limit = ctx.budget.stretch(FIRST_EVENTS_S)
-    capture = await open_resumable(
-        ctx, STOP_SEED, STOP_SCENARIO, drop_after=STOP_AFTER, limit_s=limit
-    )
+    capture = await open_resumable(ctx, seed, STOP_SCENARIO, drop_after=STOP_AFTER, limit_s=limit)
     stream = stream_id(capture)
     stopped_at = time.time()
-    status, body = (None, None) if stream is None else await _stop(ctx, stream)
+    status, body = (
+        (None, None) if stream is None else await _stop(ctx, stream, stop_at or ctx.proxy_url)
+    )
     answered_at = None if status is None else time.time()
-    record = await ctx.record(STOP_SEED, until=finished, wait_s=WAIT_S)
+    record = await ctx.record(seed, until=finished, wait_s=WAIT_S)
     ended = record is not None and finished(record)
     lines = None if record is None else await _usage_lines(ctx.usage_log, record["id"], ended)
-    return Stopped(stream, stopped_at, answered_at, status, body, record, lines)
+    return Stopped(stream, stopped_at, answered_at, status, body, record, lines, grace_s)
 
 
 def judge_stop(observed: Stopped) -> CheckResult:
@@ -197,7 +210,7 @@ def judge_stop(observed: Stopped) -> CheckResult:
         "upstream_state": record.get("state"),
         "upstream_stop_after_stop_ms": stop_after_hang_up_ms(record, observed.stopped_at),
         "tokens_generated": record.get("tokens_generated"),
-        "resume_grace_s": STOP_GRACE_S,
+        **({} if observed.grace_s is None else {"resume_grace_s": observed.grace_s}),
         **_usage_evidence(observed.usage_lines),
     }
     if observed.stream_id is None:

@@ -207,6 +207,7 @@ async def arun_checks(
     upstream: UpstreamKind = "mock",
     exclusive: bool = True,
     budget: Budget | None = None,
+    replica_url: str | None = None,
 ) -> list[CheckResult]:
     """Run the checks (all, or ``only`` these ids) against the proxy at ``proxy_url``.
 
@@ -225,6 +226,9 @@ async def arun_checks(
 
     ``budget`` is the machine the time limits are for (default ``Budget.here()``: this
     process's CPUs, read once for the run).
+
+    ``replica_url`` is a second replica of the proxy sharing its replay log (``REDIS_URL``),
+    for ``resume_replica`` (skipped without one); give both replicas one ``usage_log``.
     """
     ids = select(only)
     ctx = CheckContext(
@@ -235,6 +239,7 @@ async def arun_checks(
         upstream_token=upstream_token,
         upstream=upstream,
         budget=Budget.given_or_here(budget),
+        replica_url=replica_url,
     )
     results: dict[str, CheckResult] = {}
     if upstream == "engine":

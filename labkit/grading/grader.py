@@ -3,9 +3,12 @@
 For a file, ``agrade_file`` starts two mock upstreams and one proxy process per lane of checks
 (see ``labkit.checks.catalogue``), all in a temporary directory, each proxy with the settings
 its lane's checks need (``proxy_env_for``), sends one simple request to make sure the proxy
-answers at all, then runs the lanes side by side. Everything it started is
-stopped at the end, whatever happened. It never raises because of what the submission does:
-every failure becomes a ``Problem`` or a failed check in the report.
+answers at all, then runs the lanes side by side. A lane whose checks need replicas
+(``replicas_for``: ``resume_replica``, profile ``gateway``) gets that many proxies, each with
+``REDIS_URL`` set to one private Redis of the grading's (``labkit.grading.replicas``), and one
+usage log between them; without redis-server on the machine its checks are skipped, saying so.
+Everything it started is stopped at the end, whatever happened. It never raises because of
+what the submission does: every failure becomes a ``Problem`` or a failed check in the report.
 
 With ``engine_url`` the upstream is a real engine instead (``labkit grade --engine``): one proxy
 forwards to it, and the checks that need no mock run against it one after another (the engine is
@@ -32,20 +35,34 @@ from typing import Any
 
 from labkit.capture import acapture_stream
 from labkit.checks import CheckResult, arun_checks
-from labkit.checks.catalogue import BY_ID, SOLO_LANE, lanes_for, proxy_env_for, select
+from labkit.checks.catalogue import (
+    BY_ID,
+    SOLO_LANE,
+    lanes_for,
+    proxy_env_for,
+    replicas_for,
+    select,
+)
 from labkit.checks.context import UpstreamKind, chat_body
 from labkit.checks.engine_books import EngineBooks
 from labkit.checks.engine_requests import engine_body
 from labkit.checks.gateway_advice import for_gateway
 from labkit.checks.machine import Budget
-from labkit.errors import CaptureError
+from labkit.errors import CaptureError, RedisNotFoundError
 from labkit.grading.isolation import Isolation, choose
 from labkit.grading.network import Network, seen_from_here
+from labkit.grading.replicas import REDIS_ENV, no_redis, start_shared_redis
 from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.rubric import Rubric
 from labkit.grading.sandbox import SandboxedProxy, problem_from, start_proxy
 from labkit.regions import Unwritten, unwritten
-from labkit.servers import ServerHandle, SubprocessServer, serve_subprocess
+from labkit.servers import (
+    RedisServer,
+    ServerHandle,
+    SubprocessServer,
+    find_redis_server,
+    serve_subprocess,
+)
 from mock_upstream import DEBUG_TOKEN_ENV
 
 __all__ = [
@@ -257,63 +274,83 @@ async def _run_lanes(
     isolation: Isolation,
     budget: Budget,
 ) -> Problem | None:
-    """Start mocks and proxies, check the proxy answers, run the lanes. Fills ``results``."""
+    """Start mocks (and a Redis, for replicas) and proxies, check the proxy answers, run the
+    lanes. Fills ``results``."""
     submission = sandbox / "proxy.py"
     shutil.copyfile(source, submission)
     lanes = lanes_for(ids)
+    replicated = [lane for lane in lanes if replicas_for(lane) > 1]
+    if replicated:
+        try:
+            await asyncio.to_thread(find_redis_server)
+        except RedisNotFoundError:
+            results.update(no_redis(i for lane in replicated for i in lane))
+            lanes, replicated = [lane for lane in lanes if lane not in replicated], []
+    if not lanes:
+        return None
 
     token = secrets.token_urlsafe(24)
     mock_env = {DEBUG_TOKEN_ENV: token}
-    mocks = await asyncio.gather(
+    setup = await asyncio.gather(
         asyncio.to_thread(serve_subprocess, UPSTREAM_TARGET, cwd=sandbox, env=mock_env),
         asyncio.to_thread(serve_subprocess, UPSTREAM_TARGET, cwd=sandbox, env=mock_env),
+        *([asyncio.to_thread(start_shared_redis)] if replicated else []),
         return_exceptions=True,
     )
-    servers.extend(m for m in mocks if isinstance(m, SubprocessServer))
-    for mock in mocks:
-        if isinstance(mock, BaseException):
-            raise mock  # our own setup failed, not the submission: the CLI exits with 2
-    shared_mock, solo_mock = (m for m in mocks if isinstance(m, SubprocessServer))
+    servers.extend(s for s in setup if isinstance(s, ServerHandle))
+    for server in setup:
+        if isinstance(server, BaseException):
+            raise server  # our own setup failed, not the submission: the CLI exits with 2
+    shared_mock, solo_mock = (m for m in setup if isinstance(m, SubprocessServer))
+    redis = next((r for r in setup if isinstance(r, RedisServer)), None)
 
     def upstream_for(lane: tuple[str, ...]) -> SubprocessServer:
         return solo_mock if lane == SOLO_LANE else shared_mock
 
-    def start(n: int, lane: tuple[str, ...], together: int = 1) -> SandboxedProxy:
-        log = sandbox / f"usage-{n}.jsonl"
+    def start(n: int, together: int = 1) -> SandboxedProxy:
+        """A proxy for lane ``n``; a lane's replicas share its usage log and the Redis."""
+        lane = lanes[n]
+        settings = proxy_env_for(lane)
+        if redis is not None and replicas_for(lane) > 1:
+            settings = {**settings, REDIS_ENV: redis.url}
         return start_proxy(
             submission,
             upstream_url=upstream_for(lane).url,
-            usage_log=log,
+            usage_log=sandbox / f"usage-{n}.jsonl",
             cwd=sandbox,
             isolation=isolation,
             together=together,
             budget=budget,
-            settings=proxy_env_for(lane),
+            settings=settings,
         )
 
     # One proxy first: a submission that spins at import or never answers then costs one
     # process for a few seconds, not one per lane.
     try:
-        proxies = [await asyncio.to_thread(start, 0, lanes[0])]
+        first = await asyncio.to_thread(start, 0)
     except Exception as exc:
         return problem_from(exc, source.name)
-    servers.extend(proxies)
-    problem = await _preflight(proxies[0].url, budget)
+    servers.append(first)
+    proxies: dict[int, list[SandboxedProxy]] = {0: [first]}
+    problem = await _preflight(first.url, budget)
     if problem is not None:
         return problem
-    # The other lanes' proxies start at once and share the CPUs, each with a longer limit.
-    others = len(lanes) - 1
+    # The other proxies (every lane's, each replica) start at once and share the CPUs, each
+    # with a longer limit.
+    rest = [n for n, lane in enumerate(lanes) for _ in range(replicas_for(lane))][1:]
     started = await asyncio.gather(
-        *(asyncio.to_thread(start, n, lane, others) for n, lane in enumerate(lanes) if n > 0),
-        return_exceptions=True,
+        *(asyncio.to_thread(start, n, len(rest)) for n in rest), return_exceptions=True
     )
-    proxies += [p for p in started if isinstance(p, SandboxedProxy)]
-    servers.extend(proxies[1:])
+    for n, proxy in zip(rest, started, strict=True):
+        if isinstance(proxy, SandboxedProxy):
+            proxies.setdefault(n, []).append(proxy)
+            servers.append(proxy)
     failures = [p for p in started if isinstance(p, BaseException)]
     if failures:
         return problem_from(failures[0], source.name)
 
-    async def run_lane(n: int, lane: tuple[str, ...], proxy: SandboxedProxy) -> None:
+    async def run_lane(n: int, lane: tuple[str, ...], replicas: list[SandboxedProxy]) -> None:
+        proxy, *others = replicas
         for result in await arun_checks(
             proxy.url,
             upstream_url=upstream_for(lane).url,
@@ -322,11 +359,12 @@ async def _run_lanes(
             proxy_pid=proxy.server_pid,
             upstream_token=token,
             budget=budget,
+            replica_url=others[0].url if others else None,
         ):
             results[result.id] = result
 
     await asyncio.gather(*(run_lane(n, lane, proxies[n]) for n, lane in enumerate(lanes)))
-    if any(proxy.memory_exceeded() for proxy in proxies):
+    if any(p.memory_exceeded() for replicas in proxies.values() for p in replicas):
         limit = isolation.limits.memory_bytes // (1024 * 1024)
         return Problem(
             "memory_limit",
@@ -395,11 +433,13 @@ async def agrade_url(
     only: str | Iterable[str] | None = None,
     upstream: UpstreamKind = "mock",
     budget: Budget | None = None,
+    replica_url: str | None = None,
 ) -> SubmissionReport:
     """Grade a running proxy as a black box. ``usage`` is skipped (no usage log to read), so
     are the checks that need the proxy started with settings of the grader's
     (``needs_settings``), and each failure's advice is for a gateway
-    (``labkit.checks.gateway_advice``).
+    (``labkit.checks.gateway_advice``). ``replica_url``: a second replica of the same proxy,
+    sharing its replay log, for ``resume_replica`` (skipped without one, saying so).
 
     ``upstream_url`` is the mock the proxy forwards to, or with ``upstream="engine"`` the real
     engine (raises ``EngineReadError`` if it does not answer). ``budget``: the machine the time
@@ -428,6 +468,7 @@ async def agrade_url(
                     only=to_run,
                     upstream=upstream,
                     budget=budget,
+                    replica_url=replica_url,
                 )
             # whatever is graded by URL may be any gateway: no advice in the lab's Python
             ran = {r.id: for_gateway(r) for r in checked}

@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -88,8 +89,10 @@ class RedisServer(ProcessServer):
         name: str = "redis",
         port: int = 0,
         start_timeout: float = DEFAULT_START_TIMEOUT,
+        options: Sequence[str] = (),
     ) -> None:
-        """``port=0`` picks a free port at ``start()``; a later ``restart()`` keeps it."""
+        """``port=0`` picks a free port at ``start()``; a later ``restart()`` keeps it.
+        ``options``: more redis-server arguments, after ours (``["--maxmemory", "64mb"]``)."""
         super().__init__(
             [],
             name=name,
@@ -99,6 +102,7 @@ class RedisServer(ProcessServer):
             merge_stderr=True,
         )
         self.poll_interval = 0.02
+        self.options = list(options)
         #: How many times redis-server was started (1 after ``start()``, 2 after a restart...).
         self.starts = 0
 
@@ -117,6 +121,7 @@ class RedisServer(ProcessServer):
             "--dir", str(self.workdir),
             "--daemonize", "no",
             "--logfile", "",
+            *self.options,
         ]  # fmt: skip
 
     def ready(self) -> bool:

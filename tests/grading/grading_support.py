@@ -2,7 +2,9 @@
 
 Each module in ``broken/`` has a docstring (the bug), ``PATCHES`` (``(old, new)`` or
 ``(old, new, count)``: ``old`` must occur exactly once, or ``count`` times, in the reference)
-and ``FAILS``, the checks that variant must fail (and no others).
+and ``FAILS``, the checks that variant must fail (and no others) among the lab's checks, which
+the verdict table grades; a variant whose bug only a ``gateway`` check sees names that check
+(``log_in_process``: ``resume_replica``), and is graded on it where that check's tests are.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 
 import solutions.proxy
+from labkit.checks import CHECK_IDS
 from labkit.regions import regions, strip_solutions
 
 REFERENCE = Path(solutions.proxy.__file__)
@@ -57,6 +60,15 @@ def write_variant(name: str, folder: Path) -> Path:
 
 def expected_failures(name: str) -> set[str]:
     return set(variant(name).FAILS)
+
+
+def lab_failures(name: str) -> set[str]:
+    """The checks of the lab (``CHECK_IDS``, what ``labkit grade`` runs) ``name`` must fail."""
+    return expected_failures(name) & set(CHECK_IDS)
+
+
+#: The broken proxies the lab's checks catch; the others fail only a ``gateway`` check.
+LAB_VARIANTS = [name for name in VARIANTS if lab_failures(name)]
 
 
 def stubbed_one_region(function: str) -> str:

@@ -32,7 +32,7 @@ def test_every_check_has_gateway_advice_that_names_no_python() -> None:
         assert not PYTHON.search(text), text
 
 
-@pytest.mark.parametrize("check_id", ["minute_stream"])
+@pytest.mark.parametrize("check_id", ["minute_stream", "resume_replica"])
 def test_a_gateway_profile_check_failed_by_url_gets_gateway_advice(check_id: str) -> None:
     """Bug: a gateway graded with --profile gateway that failed minute_stream crashed grade-url
     with KeyError: 'minute_stream' (the advice covered the lab's checks only). Fix: advice for

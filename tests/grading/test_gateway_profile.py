@@ -16,17 +16,21 @@ from grading_support import write_variant
 
 from labkit import serve_subprocess
 from labkit.checks import CHECK_IDS, CheckResult, arun_checks
-from labkit.checks.catalogue import ALL_IDS, lanes_for, select
+from labkit.checks.catalogue import ALL_IDS, lanes_for, replicas_for, select
 from labkit.cli import main
 from labkit.grading.rubric import Rubric
 
 
-def test_the_lab_profile_is_the_default_and_the_gateway_profile_adds_the_slow_case() -> None:
+def test_the_lab_profile_is_the_default_and_the_gateway_profile_adds_the_deployed_cases() -> None:
     assert select(None) == CHECK_IDS
-    assert "minute_stream" not in CHECK_IDS
-    assert select(None, "gateway") == (*CHECK_IDS, "minute_stream") == ALL_IDS
+    assert {"minute_stream", "resume_replica"}.isdisjoint(CHECK_IDS)
+    assert select(None, "gateway") == (*CHECK_IDS, "minute_stream", "resume_replica") == ALL_IDS
     assert select(["minute_stream", "trickle"]) == ("trickle", "minute_stream")
-    assert ("minute_stream",) in lanes_for(select(None, "gateway"))
+    lanes = lanes_for(select(None, "gateway"))
+    assert ("minute_stream",) in lanes and ("resume_replica",) in lanes
+    # two copies of the proxy for the replicas' lane alone; one for every other
+    assert [replicas_for(lane) for lane in lanes].count(2) == 1
+    assert replicas_for(("resume_replica",)) == 2 and replicas_for(("trickle", "cancel")) == 1
 
 
 def test_an_unknown_profile_is_named_in_the_error() -> None:
