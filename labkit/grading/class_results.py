@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import textwrap
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ __all__ = [
     "ClassResults",
     "MergeError",
     "Shard",
+    "failures_by_check",
     "merge",
     "parse_shard",
     "summary_lines",
@@ -217,11 +219,18 @@ def merge(
     )
 
 
-def _failed_most(reports: Sequence[SubmissionReport]) -> list[tuple[str, int]]:
-    """Failures per check, most first, among the submissions that could be graded."""
-    graded = [report for report in reports if report.problem is None]
-    failed = Counter(r.id for report in graded for r in report.results if r.status == "failed")
-    return [(i, failed[i]) for i in sorted(CHECK_IDS, key=lambda i: -failed[i]) if failed[i]]
+def failures_by_check(reports: Sequence[SubmissionReport]) -> list[tuple[str, int]]:
+    """Each check and in-notebook part that some learner failed, and how many learners failed
+    it, most first (ties in the order the reports first list them: a grading lists the
+    catalogue's checks, then the course's parts). Every report counts, one that could not be
+    graded (fully) too: its checks count as grades.csv shows them."""
+    failed: Counter[str] = Counter()
+    order: dict[str, int] = {}
+    for report in reports:
+        for result in report.results:
+            order.setdefault(result.id, len(order))
+        failed.update({r.id for r in report.results if r.status == "failed"})
+    return sorted(failed.items(), key=lambda item: (-item[1], order[item[0]]))
 
 
 def _distribution(reports: Sequence[SubmissionReport]) -> list[int]:
@@ -233,7 +242,8 @@ def _distribution(reports: Sequence[SubmissionReport]) -> list[int]:
 
 
 def summary_lines(reports: Sequence[SubmissionReport]) -> list[str]:
-    """The class at a glance: scores in tenths of the maximum, and the checks failed most."""
+    """The class at a glance: scores in tenths of the maximum, how many learners failed each
+    check (``failures_by_check``), and how many could not be graded, by kind."""
     if not reports:
         return []
     top = max(r.max_score for r in reports)
@@ -245,16 +255,24 @@ def summary_lines(reports: Sequence[SubmissionReport]) -> list[str]:
         bracket = "]" if i == BINS - 1 else ")"
         bar = "#" * round(30 * count / widest)
         lines.append(f"  [{low:>5g}, {high:>5g}{bracket} {count:>4}  {bar}")
-    failed = _failed_most(reports)
+    failed = failures_by_check(reports)
     if failed:
-        shown = ", ".join(f"{i} ({n})" for i, n in failed[:5])
-        lines.append(f"Failed most often: {shown}")
+        shown = ", ".join(f"{i} {n}" for i, n in failed)
+        lines += textwrap.wrap(
+            f"Failed, by check (learners of {len(reports)}): {shown}",
+            width=100,
+            subsequent_indent="  ",
+            break_on_hyphens=False,
+        )
     else:
-        lines.append("No check failed.")
+        lines.append(f"No check failed (learners: {len(reports)}).")
     problems = Counter(r.problem.kind for r in reports if r.problem is not None)
     if problems:
         shown = ", ".join(f"{kind} {n}" for kind, n in problems.most_common())
-        lines.append(f"Could not be graded: {sum(problems.values())} ({shown})")
+        lines.append(
+            f"Could not be graded: {sum(problems.values())} ({shown}); the checks they did not "
+            "run count as failed above, as in grades.csv"
+        )
     return lines
 
 
@@ -268,7 +286,8 @@ def summary_chart(reports: Sequence[SubmissionReport], path: Path) -> None:
 
     counts = _distribution(reports)
     top = max(r.max_score for r in reports)
-    failed = dict(_failed_most(reports))
+    failed = dict(failures_by_check(reports))
+    shown = [*CHECK_IDS, *(i for i in failed if i not in CHECK_IDS)][::-1]
     figure = Figure(figsize=(11, 4))
     scores, checks = figure.subplots(1, 2)
     labels = [f"{top * i / BINS:g}" for i in range(BINS)]
@@ -276,10 +295,8 @@ def summary_chart(reports: Sequence[SubmissionReport], path: Path) -> None:
     scores.set_xlabel(f"score (from; bins of {top / BINS:g})")
     scores.set_ylabel("submissions")
     scores.set_title(f"Scores of {len(reports)} submissions")
-    checks.barh(
-        list(CHECK_IDS)[::-1], [failed.get(i, 0) for i in list(CHECK_IDS)[::-1]], color="#c44e52"
-    )
-    checks.set_xlabel("graded submissions that failed it")
+    checks.barh(shown, [failed.get(i, 0) for i in shown], color="#c44e52")
+    checks.set_xlabel("learners who failed it")
     checks.set_title("Failures per check")
     figure.tight_layout()
     figure.savefig(path, dpi=100)

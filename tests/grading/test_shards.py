@@ -14,8 +14,14 @@ from grading_support import REFERENCE, write_variant
 
 from labkit.checks import CheckResult
 from labkit.cli import main
-from labkit.grading.class_results import MergeError, merge, parse_shard, summary_lines
-from labkit.grading.report import SubmissionReport
+from labkit.grading.class_results import (
+    MergeError,
+    failures_by_check,
+    merge,
+    parse_shard,
+    summary_lines,
+)
+from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.roster import find_submissions
 from labkit.grading.rubric import Rubric
 
@@ -81,8 +87,8 @@ def test_merged_shards_equal_the_unsharded_grades(
     feedback = sorted(p.name for p in (merged / "feedback").iterdir())
     assert feedback == sorted(p.name for p in (tmp_path / "all" / "feedback").iterdir())
     assert "summary.png" in feedback
-    assert "Failed most often: usage (1), upstream_status (1)" in shown
-    assert "Could not be graded: 1 (syntax_error 1)" in shown
+    assert "Failed, by check (learners of 5): usage 2, upstream_status 2, trickle 1" in shown
+    assert "Could not be graded: 1 (syntax_error 1); the checks they did not run" in shown
     with pytest.raises(MergeError, match=r"shard 2/2 is missing"):
         merge([tmp_path / "s1"], tmp_path / "half", Rubric())
     with pytest.raises(MergeError, match=r"are both shard 1/2"):
@@ -99,7 +105,7 @@ def test_merging_a_folder_that_is_not_a_roster_run_says_what_to_pass(tmp_path: P
         merge([tmp_path], tmp_path / "out", Rubric())
 
 
-def test_the_summary_shows_the_score_distribution_and_the_checks_failed_most() -> None:
+def test_the_summary_shows_the_score_distribution_and_how_many_failed_each_check() -> None:
     def report(name: str, passed: bool) -> SubmissionReport:
         results = [
             CheckResult("trickle", True, "ok"),
@@ -111,7 +117,40 @@ def test_the_summary_shows_the_score_distribution_and_the_checks_failed_most() -
     assert lines[0] == "Scores:"
     assert lines[6].split()[-2:] == ["2", "#" * 30]  # [50, 60): two of three at 50
     assert lines[10].split()[-2:] == ["1", "#" * 15]  # [90, 100]: one at 100
-    assert lines[-1] == "Failed most often: cancel (2)"
+    assert lines[-1] == "Failed, by check (learners of 3): cancel 2"
+    assert summary_lines([report("a", True)])[-1] == "No check failed (learners: 1)."
+
+
+def test_the_summary_counts_every_learner_who_failed_each_check() -> None:
+    """Bug: the summary said "No check failed." when checks had failed: it counted only
+    ``CHECK_IDS`` (never a notebook part) and only learners whose report had no problem, so a
+    class whose proxies all ran out of memory after their checks, or whose notebook parts
+    failed, had no failure in it. Fix: every learner, every check and part."""
+    memory = Problem("memory_limit", "the proxy was stopped: it held more than 256 MiB")
+    reports = [
+        SubmissionReport(
+            "ana", "ana.py", [CheckResult("cancel", False, "went on")], Rubric(), memory
+        ),
+        SubmissionReport(
+            "ben",
+            "ben/proxy.py",
+            [CheckResult("cancel", False, "went on"), CheckResult("nb08.adapter", False, "no")],
+            Rubric(),
+        ),
+        _with_parts("cleo", adapter=True),
+    ]
+    assert failures_by_check(reports) == [
+        ("cancel", 2),
+        ("nb08.adapter", 1),
+        ("nb03.should_compress", 1),
+    ]
+    lines = summary_lines(reports)
+    assert lines[-2:] == [
+        "Failed, by check (learners of 3): cancel 2, nb08.adapter 1, nb03.should_compress 1",
+        "Could not be graded: 1 (memory_limit 1); the checks they did not run count as failed "
+        "above, as in grades.csv",
+    ]
+    assert "No check failed" not in "\n".join(lines)
 
 
 def _with_parts(name: str, adapter: bool) -> SubmissionReport:
