@@ -3,7 +3,8 @@
 ``make_bundle(notebooks, solution, out)`` writes a self-contained folder::
 
     out/README.md          the learner's path: set up, work through the notebooks, grade
-    out/Makefile           make lab (JupyterLab on the notebooks), make grade (grades proxy.py)
+    out/Makefile           make lab (JupyterLab on the notebooks); make grade (what the learner
+                           hands in, graded as Gradescope's autograder grades it: below)
     out/pyproject.toml     installs labkit and mock_upstream, copied in below, with their pins
     out/proxy.py           the file the learner grows and submits: every solution region stubbed
     out/notebooks/         the learner notebooks: solution regions stubbed, outputs cleared
@@ -11,7 +12,15 @@
     out/binder/            environment.yml and postBuild for repo2docker (mybinder.org)
     out/.github/workflows/classroom.yml   GitHub Classroom autograding: one graded step per check,
                                           by a grader checked against digests of its files
-    out/.github/classroom/rubric.toml     the instructor's rubric that workflow grades with
+    out/.github/classroom/rubric.toml     the instructor's rubric: what that workflow and
+                                          ``make grade`` grade with
+
+``make grade`` zips what the learner hands in (``make submit``) and runs on it the command
+Gradescope's ``run_autograder`` runs (``labkit.grading.gradescope``), with the rubric above and
+the course planned into ``out/labkit/bundle_files/course.json`` (the notebook parts' graded
+cells, planned as ``labkit autograder gradescope`` plans them): the same checks, parts, rubric,
+score and feedback as the instructor's grading, ``autograder/results/results.json`` and
+``autograder/feedback.md`` as Gradescope's results and the feedback it shows.
 
 A region in ``proxy.py`` is stubbed with the name of the notebook whose ``%%proxy_part`` cell
 writes that function, so a stub tells the learner (and the grader's verdicts) where to go.
@@ -202,7 +211,8 @@ def make_bundle(
     proxy = out / "proxy.py"
     proxy.write_text(proxy_source, encoding="utf-8")
     copy_packages(out)
-    # the in-notebook parts' graded cells (solutions stubbed), for the workflow's part steps
+    # the in-notebook parts' graded cells (solutions stubbed), for `make grade` and the
+    # workflow's part steps: what the Gradescope autograder's grader carries too
     course = write_course(notebooks, out / "labkit" / "bundle_files")
 
     conda_pip = "\n".join(f"      - {r}" for r in locked_requirements())

@@ -12,10 +12,14 @@ grading user cannot start Python with what a proxy needs (``labkit.grading.envir
 where every proxy would die through no fault of the learner's. Its results say so, to the
 learner and to the instructor, and ``main`` exits 2 (``run_autograder`` passes it on).
 
-``python -m labkit.grading.gradescope [--root DIR] [--rubric TOML]`` is what
+``python -m labkit.grading.gradescope [--root DIR] [--rubric TOML] [--course DIR]`` is what
 ``run_autograder`` calls (see ``labkit.grading.autograder`` for the zip that carries it);
 ``labkit grade FILE --gradescope PATH`` writes its results with the same ``results_for`` and
-``write_results``.
+``write_results``. The learner bundle's ``make grade`` runs the same command on the learner's
+own ``submission.zip`` (in ``autograder/submission/``, with the bundle's rubric and planned
+course), adding ``--show`` (the tests as a table, ``results_table``, and exit status 1 unless
+every test passed) and ``--feedback PATH`` (the feedback Markdown Gradescope shows, as a file):
+the learner sees the score, the verdicts and the feedback Gradescope will give them.
 
 Each check is one test worth its share of ``max_score`` in whole cents (``Rubric.allot``), so
 the tests add up to exactly the total shown; the assignment's points in Gradescope should be
@@ -39,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.checks import CheckResult
+from labkit.checks.result import MARKS
 from labkit.errors import GraderEnvironmentError, GradingError, NotGradable
 from labkit.grading.environment import require_environment
 from labkit.grading.report import SubmissionReport, feedback_markdown, summary_of
@@ -55,6 +60,7 @@ __all__ = [
     "main",
     "message_results",
     "results_for",
+    "results_table",
     "run",
     "write_results",
 ]
@@ -62,8 +68,9 @@ __all__ = [
 DEFAULT_ROOT = Path("/autograder")
 EXPECTED = "proxy.py"
 SKIPPED_DIRS = {".git", ".ipynb_checkpoints", "__pycache__", ".venv", "venv", "node_modules"}
-# The learner bundle's own packages, uploaded with a whole repository: never the submission.
-BUNDLE_PACKAGES = {"labkit", "mock_upstream", "notebooks", "binder", ".github"}
+# The learner bundle's own packages, uploaded with a whole repository, and the folder its
+# `make grade` grades in: never the submission.
+BUNDLE_PACKAGES = {"labkit", "mock_upstream", "notebooks", "binder", ".github", "autograder"}
 TTFT_BOARD = "TTFT added by the proxy (ms)"
 NOT_DECIDED = "not decided"
 
@@ -276,6 +283,33 @@ def run(root: Path, rubric_path: str | None = None, course: Path | None = None) 
     return results
 
 
+def _mark(test: dict[str, Any]) -> str:
+    if test["status"] == "passed":
+        return MARKS["passed"]
+    return MARKS["inconclusive"] if test["name"].endswith(f"({NOT_DECIDED})") else MARKS["failed"]
+
+
+def results_table(results: dict[str, Any]) -> str:
+    """``results`` for a terminal: one line per test as Gradescope lists it (its mark, its
+    points, its name) with the test's output under it, then the score; the message alone when
+    the results hold no tests. Read from the results alone, so it shows what Gradescope will."""
+    tests: list[dict[str, Any]] = results.get("tests", [])
+    if not tests:
+        return str(results.get("output", ""))
+    points = [f"{t['score']:g}/{t['max_score']:g}" for t in tests]
+    width = max(len(p) for p in points)
+    lines = []
+    for test, shown in zip(tests, points, strict=True):
+        lines.append(f"  {_mark(test)}  {shown:>{width}}  {test['name']}")
+        lines += [f"        {line}" for line in str(test["output"]).splitlines() if line]
+    passed = sum(t["status"] == "passed" for t in tests)
+    top = sum(t["max_score"] for t in tests)
+    lines.append(
+        f"Score: {results['score']:g}/{round(top, 2):g} ({passed} of {len(tests)} tests passed)"
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labkit.grading.gradescope")
     parser.add_argument(
@@ -287,16 +321,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--course", help="the planned course the zip carries: grade the notebook parts too"
     )
+    parser.add_argument(
+        "--show",
+        action="store_true",
+        help="print every test with its verdict, and exit 1 unless every test passed (the "
+        "learner bundle's `make grade`)",
+    )
+    parser.add_argument(
+        "--feedback", metavar="PATH", help="also write the feedback Gradescope shows (Markdown)"
+    )
     args = parser.parse_args(argv)
     course = Path(args.course) if args.course else None
     results = run(Path(args.root), args.rubric, course)
     written = Path(args.root) / "results" / "results.json"
+    if args.feedback:
+        feedback = Path(args.feedback)
+        feedback.parent.mkdir(parents=True, exist_ok=True)
+        feedback.write_text(str(results["output"]).rstrip("\n") + "\n", encoding="utf-8")
     if "score" not in results:  # the grader's environment is broken: not graded
         print(f"error: not graded, no score written to {written}", file=sys.stderr)
         print(results["output"], file=sys.stderr)
         return GraderEnvironmentError.exit_code
-    print(f"score {results['score']}; wrote {written}")
-    return 0
+    if not args.show:
+        print(f"score {results['score']}; wrote {written}")
+        return 0
+    print(results_table(results))
+    also = f" and {args.feedback}, the feedback it shows" if args.feedback else ""
+    print(f"Wrote {written}, Gradescope's results for this grade{also}.")
+    tests = results["tests"]
+    return 0 if tests and all(t["status"] == "passed" for t in tests) else 1
 
 
 if __name__ == "__main__":

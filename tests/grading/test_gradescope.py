@@ -23,7 +23,14 @@ from labkit.checks import CHECK_IDS, CheckResult
 from labkit.checks.result import INCONCLUSIVE
 from labkit.cli import main
 from labkit.grading.autograder import COURSE, GRADER_LOCK, write_gradescope_zip
-from labkit.grading.gradescope import NotGradable, find_submission, results_for, run
+from labkit.grading.gradescope import (
+    NotGradable,
+    find_submission,
+    results_for,
+    results_table,
+    run,
+)
+from labkit.grading.gradescope import main as gradescope_main
 from labkit.grading.notebook_parts import course_notebooks
 from labkit.grading.report import SubmissionReport
 from labkit.grading.roster import notebooks_beside
@@ -457,3 +464,33 @@ def test_grade_with_gradescope_writes_results_even_for_a_missing_file(tmp_path: 
     assert main(["grade", str(tmp_path / "proxy.py"), "--gradescope", str(target)]) == 2
     results = json.loads(target.read_text())
     assert results["score"] == 0 and results["output"].startswith("There is no file")
+
+
+def test_the_learners_table_shows_each_test_as_gradescope_lists_it() -> None:
+    """``--show`` (the bundle's ``make grade``): the marks, points and names of the results'
+    own tests, their output under them, and the results' score."""
+    results = [CheckResult(i, i != "usage", "ok" if i != "usage" else "no") for i in CHECK_IDS]
+    shown = results_for(_report([*results[:-1], _undecided(CHECK_IDS[-1])]))
+    lines = results_table(shown).splitlines()
+    [usage] = [t for t in shown["tests"] if t["name"].startswith("usage:")]
+    at = next(n for n, line in enumerate(lines) if line.endswith(usage["name"]))
+    assert lines[at].split()[:2] == ["FAIL", f"0/{usage['max_score']:g}"]
+    assert lines[at + 1].strip() == "no"
+    assert lines[0].split()[0] == "PASS"
+    assert any(line.split()[0] == "????" for line in lines if "(not decided)" in line)
+    passed = sum(t["status"] == "passed" for t in shown["tests"])
+    assert lines[-1] == (
+        f"Score: {shown['score']:g}/100 ({passed} of {len(shown['tests'])} tests passed)"
+    )
+
+
+def test_show_prints_the_message_writes_the_feedback_and_exits_1_when_nothing_is_graded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "submission").mkdir()
+    feedback = tmp_path / "feedback.md"
+    assert gradescope_main(["--root", str(tmp_path), "--show", "--feedback", str(feedback)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("Nothing was submitted. Upload proxy.py")
+    assert feedback.read_text().startswith("Nothing was submitted.")
+    assert json.loads((tmp_path / "results" / "results.json").read_text())["score"] == 0
