@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.checks.catalogue import ALL_IDS, PROFILES, select
-from labkit.errors import GraderEnvironmentError, LabkitError, UsageError
+from labkit.errors import GraderEnvironmentError, UsageError, run_command
 from labkit.grading import gradescope
 from labkit.grading.answers import (
     collect_roster,
@@ -754,19 +754,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
+    """``labkit``: the command's exit status, through ``run_command`` (the one error handler
+    of every entry point: a ``LabkitError`` is one ``error:`` line and its exit code)."""
+
+    def body() -> int:
         try:
             args = build_parser().parse_args(argv)
         except SystemExit as exc:  # argparse printed --help (0) or what it refused (2)
             return 0 if exc.code in (0, None) else 2
         code: int = args.run(args)
-    except LabkitError as exc:  # a usage or setup error: the class says which exit code
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 2
-    return code
+        return code
+
+    return run_command(body)
 
 
 if __name__ == "__main__":
