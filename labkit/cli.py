@@ -33,8 +33,9 @@ import json
 import shlex
 import sys
 import time
+import zipfile
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from labkit.checks.catalogue import ALL_IDS, PROFILES, select
@@ -62,6 +63,7 @@ from labkit.grading.roster import (
     find_submissions,
     grade_in_worker,
     grade_many,
+    proxy_in_zip,
 )
 from labkit.grading.rubric import Rubric
 from labkit.grading.similarity import DEFAULT_THRESHOLD, SimilarityRow
@@ -215,12 +217,66 @@ def _add_grade(subcommands: argparse._SubParsersAction[_CommandParser]) -> None:
     grade.set_defaults(run=_run_grade)
 
 
+def _folder_advice(path: Path) -> str:
+    shown = shlex.quote(str(path))
+    proxy, notebooks = path / "proxy.py", path / "notebooks"
+    if not proxy.is_file():
+        return (
+            f"Expected a proxy.py file, got the folder {path}. A folder of submissions is graded "
+            f"with `labkit grade-class {shown} --out grades/`; one learner's with `labkit grade "
+            "PATH/proxy.py`."
+        )
+    beside = f" --notebooks {shlex.quote(str(notebooks))}" if notebooks.is_dir() else ""
+    return (
+        f"Expected a proxy.py file, got the folder {path}. Grade the proxy.py in it: "
+        f"`labkit grade {shlex.quote(str(proxy))}{beside}`."
+    )
+
+
+def _zip_advice(path: Path) -> str:
+    shown = shlex.quote(str(path))
+    try:
+        with zipfile.ZipFile(path) as opened:
+            member, names = proxy_in_zip(opened), opened.namelist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        return f"Expected a proxy.py file, got {path}, a zip that cannot be read ({exc})."
+    if member is None:
+        return (
+            f"Expected a proxy.py file, got {path}, a zip that holds no proxy.py (at its top, or "
+            "in one folder): ask for the submission.zip that `make submit` writes."
+        )
+    folder = path.with_suffix("")  # where `unzip -d` puts it
+    inside = folder / member.filename
+    notebooks = f"{PurePosixPath(member.filename).parent}/notebooks/".removeprefix("./")
+    beside = ""
+    if any(name.startswith(notebooks) for name in names):  # make submit's notebooks/
+        beside = f" --notebooks {shlex.quote(str(inside.parent / 'notebooks'))}"
+    return (
+        f"Expected a proxy.py file, got {path}, a zip ({member.filename} inside). Grade it as a "
+        f"class of one: `labkit grade-class {shown} --out grades/`, or unzip it and grade its "
+        f"proxy.py: `unzip {shown} -d {shlex.quote(str(folder))} && labkit grade "
+        f"{shlex.quote(str(inside))}{beside}`."
+    )
+
+
+def _not_a_proxy_file(path: Path) -> str | None:
+    """What to run instead when ``labkit grade`` is given something other than a proxy.py
+    (read as Python, a zip's bytes are "source code string cannot contain null bytes")."""
+    if path.is_dir():
+        return _folder_advice(path)
+    if not path.is_file():
+        return f"There is no file {path}. Give the path of the proxy.py to grade."
+    if zipfile.is_zipfile(path):
+        return _zip_advice(path)
+    return None
+
+
 def _run_grade(args: argparse.Namespace) -> int:
     only = _checks_of(args)
     rubric = Rubric.load(args.rubric)
     path = Path(args.file)
-    if not path.is_file():
-        message = f"There is no file {path}. Give the path of the proxy.py to grade."
+    message = _not_a_proxy_file(path)
+    if message is not None:
         if args.gradescope is not None:  # Gradescope needs a results file whatever happens
             results = gradescope.message_results(message, time.monotonic())
             gradescope.write_results(Path(args.gradescope), results)

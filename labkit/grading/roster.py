@@ -50,6 +50,8 @@ __all__ = [
     "grade_in_worker",
     "grade_many",
     "notebooks_beside",
+    "proxy_from_zip",
+    "proxy_in_zip",
 ]
 
 WORKER_GRACE_S = 20.0  # on top of the rubric's submission limit: process start-up and cleanup
@@ -84,23 +86,29 @@ _NOTEBOOK = re.compile(r"^(?:[^/]+/)?notebooks/(\d\d_\w+\.ipynb)$")
 _UNZIPPED: list[tempfile.TemporaryDirectory[str]] = []  # removed when the process ends
 
 
+def proxy_in_zip(opened: zipfile.ZipFile) -> zipfile.ZipInfo | None:
+    """The zip's ``proxy.py``: at its top, or in one folder (``ana/proxy.py``, as ``make
+    submit`` zips it), the shortest such path; ``None`` when it holds none."""
+    members = [
+        info
+        for info in opened.infolist()
+        if PurePosixPath(info.filename).name == "proxy.py"
+        and len(PurePosixPath(info.filename).parts) <= 2
+    ]
+    return min(members, key=lambda info: len(info.filename), default=None)
+
+
 def proxy_from_zip(archive: Path) -> Path:
-    """The ``proxy.py`` of a learner's zip (at its top or in one folder), copied out to a
-    temporary file: only that file is read, whatever else the zip holds."""
+    """The ``proxy.py`` of a learner's zip (``proxy_in_zip``), copied out to a temporary file:
+    only that file is read, whatever else the zip holds."""
     try:
         with zipfile.ZipFile(archive) as opened:
-            members = [
-                info
-                for info in opened.infolist()
-                if PurePosixPath(info.filename).name == "proxy.py"
-                and len(PurePosixPath(info.filename).parts) <= 2
-            ]
-            if not members:
+            chosen = proxy_in_zip(opened)
+            if chosen is None:
                 raise GradingError(
                     f"{archive} holds no proxy.py (at its top, or in one folder): ask the "
                     "learner for a zip made by `make submit`."
                 )
-            chosen = min(members, key=lambda info: len(info.filename))
             if chosen.file_size > MAX_PROXY_BYTES:
                 raise GradingError(f"{archive}'s proxy.py is over 1 MB: it is not a proxy.py.")
             source = opened.read(chosen)
@@ -140,7 +148,10 @@ def find_submissions(paths: Iterable[str | os.PathLike[str]]) -> list[Submission
     """Every submission under ``paths``, learner names made unique. Raises ``GradingError``."""
     found: list[Submission] = []
     for given in map(Path, paths):
-        if given.is_file():
+        if given.is_file() and given.suffix == ".zip":  # one learner's zip, named directly
+            proxy = proxy_from_zip(given)
+            found.append(Submission(given.stem, proxy, notebooks_beside(proxy)))
+        elif given.is_file():
             learner = given.parent.name if given.name == "proxy.py" else given.stem
             found.append(Submission(learner or given.stem, given))
         elif given.is_dir():

@@ -7,12 +7,14 @@ from __future__ import annotations
 import csv
 import json
 import re
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from labkit.checks import CHECK_IDS
 from labkit.cli import main
+from labkit.grading.roster import find_submissions
 from labkit.servers import ServerHandle
 
 SYNTAX_ERROR = "def broken(:\n    pass\n"
@@ -51,6 +53,72 @@ def test_a_missing_proxy_file_says_what_to_give_and_exits_2(
     assert main(["grade", "missing.py"]) == 2
     assert capsys.readouterr().err == (
         "error: There is no file missing.py. Give the path of the proxy.py to grade.\n"
+    )
+
+
+def _zip(path: Path, names: list[str]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name in names:
+            archive.writestr(name, "app = None\n")
+    return path
+
+
+def test_a_zip_is_not_graded_as_python_and_the_error_says_what_to_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bug: ``labkit grade submission.zip`` read the zip as Python and answered "syntax error:
+    source code string cannot contain null bytes". Fix: a zip or a folder is refused before
+    anything starts, with the command that grades it (and Gradescope gets the same message)."""
+    monkeypatch.chdir(tmp_path)
+    _zip(tmp_path / "submission.zip", ["proxy.py", "notebooks/08_adapters.ipynb"])
+    results = tmp_path / "results.json"
+    assert main(["grade", "submission.zip", "--gradescope", str(results)]) == 2
+    message = (
+        "Expected a proxy.py file, got submission.zip, a zip (proxy.py inside). Grade it as a "
+        "class of one: `labkit grade-class submission.zip --out grades/`, or unzip it and grade "
+        "its proxy.py: `unzip submission.zip -d submission && labkit grade submission/proxy.py "
+        "--notebooks submission/notebooks`."
+    )
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert message in json.loads(results.read_text())["output"]
+    _zip(tmp_path / "ana.zip", ["ana/proxy.py"])
+    assert main(["grade", "ana.zip"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "`unzip ana.zip -d ana && labkit grade ana/ana/proxy.py`.\n"
+    )
+    _zip(tmp_path / "photos.zip", ["cat.png"])
+    assert main(["grade", "photos.zip"]) == 2
+    assert capsys.readouterr().err == (
+        "error: Expected a proxy.py file, got photos.zip, a zip that holds no proxy.py (at its "
+        "top, or in one folder): ask for the submission.zip that `make submit` writes.\n"
+    )
+
+
+def test_grade_class_given_one_zip_grades_the_proxy_inside_it(tmp_path: Path) -> None:
+    """What the zip's error advises: a zip named on grade-class's command line is one learner's
+    (it was read as Python before, as ``labkit grade`` read it)."""
+    archive = _zip(tmp_path / "submission.zip", ["proxy.py", "notebooks/08_adapters.ipynb"])
+    (entry,) = find_submissions([archive])
+    assert entry.learner == "submission" and entry.path.read_text() == "app = None\n"
+    assert entry.notebooks is not None and entry.parts
+
+
+def test_a_folder_is_not_graded_and_the_error_names_the_command_for_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "class" / "ana" / "notebooks").mkdir(parents=True)
+    (tmp_path / "class" / "ana" / "proxy.py").write_text("app = None\n")
+    assert main(["grade", "class"]) == 2
+    assert capsys.readouterr().err == (
+        "error: Expected a proxy.py file, got the folder class. A folder of submissions is "
+        "graded with `labkit grade-class class --out grades/`; one learner's with `labkit grade "
+        "PATH/proxy.py`.\n"
+    )
+    assert main(["grade", "class/ana"]) == 2
+    assert capsys.readouterr().err == (
+        "error: Expected a proxy.py file, got the folder class/ana. Grade the proxy.py in it: "
+        "`labkit grade class/ana/proxy.py --notebooks class/ana/notebooks`.\n"
     )
 
 
