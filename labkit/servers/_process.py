@@ -34,6 +34,7 @@ from labkit.errors import (
     ServerStartError,
     StartTimeoutError,
 )
+from labkit.servers import _reaper
 from labkit.servers._handles import ServerHandle, registry
 
 __all__ = ["ProcessServer"]
@@ -151,6 +152,8 @@ class ProcessServer(ServerHandle):
         except OSError as exc:
             shutil.rmtree(self.workdir, ignore_errors=True)
             raise self.spawn_error(exc) from None
+        else:
+            _reaper.watch(self.process.pid)  # its own session: its group is its pid
         finally:
             if self.sock is not None:
                 self.sock.close()  # the child holds its own copy
@@ -234,6 +237,7 @@ class ProcessServer(ServerHandle):
             # be running for a moment after the signal is sent.
             _signal_group(process, signal.SIGKILL)
             _wait_for_group_to_die(process.pid, timeout=self.stop_grace)
+            _reaper.forget(process.pid)
         self._kept = {"stdout": self._read("stdout"), "stderr": self._read("stderr")}
         if remove:
             shutil.rmtree(self.workdir, ignore_errors=True)

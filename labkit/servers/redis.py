@@ -36,6 +36,7 @@ from labkit.errors import (
     RedisNotFoundError,
     ServerExitedError,
 )
+from labkit.servers import _reaper
 from labkit.servers._handles import bind_socket, registry
 from labkit.servers._process import ProcessServer
 
@@ -191,6 +192,7 @@ class RedisServer(ProcessServer):
         except ProcessLookupError:
             pass
         process.wait()
+        _reaper.forget(process.pid)
 
     def restart(self) -> RedisServer:
         """Start a new, empty redis-server on the same port (killing the running one first);

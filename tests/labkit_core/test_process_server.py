@@ -3,7 +3,9 @@ on a socket bound here and inherited, waited for, and stopped with its whole pro
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import time
 
 import httpx
 import psutil
@@ -83,3 +85,47 @@ def test_a_command_that_never_gets_ready_times_out() -> None:
     with pytest.raises(StartTimeoutError):
         server.start()
     assert server.process is not None and server.process.poll() is not None
+
+
+# Starts the server above as a ProcessServer, prints its pid, then waits to be killed.
+STARTS_AND_WAITS = f"""
+import socket, sys, time
+from labkit.servers import ProcessServer, bind_socket
+sock = bind_socket("127.0.0.1", 0, name="left-behind")
+server = ProcessServer(
+    [sys.executable, "-c", {SERVE_INHERITED!r}], name="left-behind",
+    port=sock.getsockname()[1], env={{"LISTEN_FD": str(sock.fileno())}}, sock=sock, ready_path="/",
+)
+server.start()
+print(server.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _gone_within(pids: list[int], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(_alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_the_servers_of_a_process_killed_with_sigkill_are_killed_after_it() -> None:
+    """nbval stops a notebook's kernel with SIGKILL: no exit code runs, yet its servers (in
+    sessions of their own) must not run on for ever."""
+    with subprocess.Popen(
+        [sys.executable, "-c", STARTS_AND_WAITS], stdout=subprocess.PIPE, text=True
+    ) as parent:
+        try:
+            assert parent.stdout is not None
+            pid = int(parent.stdout.readline())
+            family = [pid, *(c.pid for c in psutil.Process(pid).children())]
+            assert len(family) == 2 and all(_alive(p) for p in family)
+            time.sleep(1.0)
+            assert all(_alive(p) for p in family), "the servers outlive nothing while it runs"
+            parent.kill()
+            parent.wait()
+            assert _gone_within(family, 5.0), "the server and its child outlived the killed parent"
+        finally:
+            parent.kill()
