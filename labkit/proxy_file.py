@@ -40,9 +40,9 @@ from typing import Any, Literal
 
 from labkit.checks.result import CheckResult
 from labkit.errors import ProxyFileError
+from labkit.regions import PART_MAGIC_NAME
 
 __all__ = [
-    "PART_MAGIC",
     "ProxyFileError",
     "check_proxy",
     "find_proxy",
@@ -52,7 +52,6 @@ __all__ = [
     "write_part",
 ]
 
-PART_MAGIC = "%%proxy_part"
 ENV_VAR = "LAB_PROXY"
 _loads = itertools.count(1)
 
@@ -409,7 +408,7 @@ def _proxy_part(line: str, cell: str) -> None:
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext labkit``: registers the ``%%proxy_part [path]`` cell magic."""
-    ipython.register_magic_function(_proxy_part, magic_kind="cell", magic_name="proxy_part")
+    ipython.register_magic_function(_proxy_part, magic_kind="cell", magic_name=PART_MAGIC_NAME)
 
 
 def check_proxy(

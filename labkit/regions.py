@@ -22,6 +22,13 @@ cannot raise, so it must have a stand-in, and becomes a comment and its stand-in
 
 In markdown (a verification question's answer) the region becomes a prompt for the learner's
 own answer. ``unwritten`` finds the stubs again, so the grader can say which part is missing.
+
+A part cell is one whose magic line is ``%%proxy_part`` (``PART_MAGIC``): running it writes its
+functions into ``proxy.py`` (``labkit.proxy_file`` registers the magic by ``PART_MAGIC_NAME``).
+``part_cell_body`` is the one recogniser, read as IPython reads a cell magic, for every module that
+must tell a part cell from another: the bundle maker stubs it importable, the notebook grader
+leaves it to ``proxy.py``'s checks. It lives here, in the lowest layer that needs it, so that
+the grading layer can use it as well as the surface (``proxy_file``, ``student``).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Final
 
 from labkit.errors import SolutionRegionError
 
@@ -36,10 +44,13 @@ __all__ = [
     "ANSWER_PROMPT",
     "BEGIN",
     "END",
+    "PART_MAGIC",
+    "PART_MAGIC_NAME",
     "STAND_IN",
     "Region",
     "SolutionRegionError",
     "Unwritten",
+    "part_cell_body",
     "regions",
     "strip_solutions",
     "unwritten",
@@ -49,6 +60,8 @@ BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 STAND_IN = "### STAND-IN:"
 ANSWER_PROMPT = "_Write your answer here._"
+PART_MAGIC_NAME: Final = "proxy_part"  # the cell magic's name, as IPython registers it
+PART_MAGIC: Final = f"%%{PART_MAGIC_NAME}"  # how a part cell's first line starts
 STUB_MARK = "# YOUR CODE HERE: "
 _STUB = re.compile(r"# YOUR CODE HERE: (?P<function>[\w.]+), notebook (?P<notebook>\w+)")
 _DEF = re.compile(r"^(?P<indent>\s*)(?:async\s+)?def\s+(?P<name>\w+)\s*\(")
@@ -72,6 +85,22 @@ class Unwritten:
 
     function: str
     notebook: str
+
+
+def part_cell_body(source: str) -> str | None:
+    """The body of ``source`` (the lines after its magic line) when it is a ``%%proxy_part``
+    cell, else ``None``. Read as IPython reads a cell magic: blank lines before it are
+    skipped; the next line's first word, up to a space, is the magic (the rest of the line is
+    its argument, a path). ``%%proxy_partial``, ``# %%proxy_part`` or an indented
+    ``%%proxy_part`` is not one."""
+    rest = source
+    while True:  # IPython drops the blank lines before a cell magic
+        line, newline, after = rest.partition("\n")
+        if line.strip() or not newline:
+            break
+        rest = after
+    first, _, body = rest.partition("\n")
+    return body if first.rstrip().partition(" ")[0] == PART_MAGIC else None
 
 
 def _enclosing_function(lines: list[str], index: int, indent: str) -> str:

@@ -40,8 +40,15 @@ from labkit.grading.classroom import RUBRIC_FILE, WORKFLOW_FILE, digests, step_p
 from labkit.grading.notebook_parts import write_course
 from labkit.grading.rubric import Rubric
 from labkit.packaging import RUNTIME_LOCK, copy_packages, locked_requirements, pyproject, render
-from labkit.proxy_file import PART_MAGIC, part_functions
-from labkit.regions import BEGIN, END, SolutionRegionError, regions, strip_solutions
+from labkit.proxy_file import part_functions
+from labkit.regions import (
+    BEGIN,
+    END,
+    SolutionRegionError,
+    part_cell_body,
+    regions,
+    strip_solutions,
+)
 
 __all__ = [
     "BEGIN",
@@ -90,12 +97,8 @@ def _notebooks(source_dir: Path) -> list[Path]:
 
 def part_cells(nb: nbformat.NotebookNode) -> list[str]:
     """The bodies (magic line removed) of a notebook's ``%%proxy_part`` cells, in order."""
-    bodies = []
-    for cell in nb.cells:
-        first, _, body = cell.source.partition("\n")
-        if cell.cell_type == "code" and first.split(" ")[0].strip() == PART_MAGIC:
-            bodies.append(body)
-    return bodies
+    found = (part_cell_body(cell.source) for cell in nb.cells if cell.cell_type == "code")
+    return [body for body in found if body is not None]
 
 
 def part_owners(source_dir: Path) -> dict[str, str]:
@@ -122,12 +125,11 @@ def make_student_copies(source_dir: Path, out_dir: Path) -> list[StudentCopy]:
         nb = nbformat.read(path, as_version=4)
         total = 0
         for cell in nb.cells:
-            first = cell.source.partition("\n")[0].split(" ")[0].strip()
             cell.source, count = strip_solutions(
                 cell.source,
                 kind=cell.cell_type,
                 notebook=path.stem,
-                importable=cell.cell_type == "code" and first == PART_MAGIC,
+                importable=cell.cell_type == "code" and part_cell_body(cell.source) is not None,
             )
             total += count
             if cell.cell_type == "code":

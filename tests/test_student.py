@@ -8,8 +8,17 @@ import nbformat
 import pytest
 
 from labkit.cli import main
-from labkit.regions import SolutionRegionError, Unwritten, regions, strip_solutions, unwritten
-from labkit.student import make_student_copies
+from labkit.regions import (
+    PART_MAGIC,
+    PART_MAGIC_NAME,
+    SolutionRegionError,
+    Unwritten,
+    part_cell_body,
+    regions,
+    strip_solutions,
+    unwritten,
+)
+from labkit.student import make_student_copies, part_cells
 
 ROUTE = """\
 async def forward(request):
@@ -116,6 +125,62 @@ def _notebook(folder: Path, name: str, *cells: nbformat.NotebookNode) -> Path:
     nb.cells = list(cells)
     nbformat.write(nb, folder / name)
     return folder / name
+
+
+PART_CELLS = [
+    ("%%proxy_part\nasync def relay(q):\n    pass\n", "async def relay(q):\n    pass\n"),
+    ("%%proxy_part proxy.py\ndef f():\n    pass\n", "def f():\n    pass\n"),
+    ("%%proxy_part   \ndef f(): pass\n", "def f(): pass\n"),
+    ("\n \n%%proxy_part\ndef f(): pass\n", "def f(): pass\n"),
+    ("%%proxy_part", ""),
+    ("%%proxy_partial\ndef f(): pass\n", None),
+    ("# %%proxy_part\ndef f(): pass\n", None),
+    ("  %%proxy_part\ndef f(): pass\n", None),
+    ("%%proxy_part\tproxy.py\ndef f(): pass\n", None),
+    ("x = 1\n%%proxy_part\n", None),
+    ("%%timeit\nf()\n", None),
+]
+
+
+@pytest.mark.parametrize(("source", "body"), PART_CELLS)
+def test_a_part_cell_is_recognised_as_ipython_runs_it(source: str, body: str | None) -> None:
+    """Bug: ``%%proxy_part`` was defined in proxy_file.py and again in notebook_parts.py, and
+    recognised three ways: the bundle maker missed a part cell after a blank line (IPython
+    runs it), the notebook grader took ``%%proxy_partial`` for one. Fix: one recogniser,
+    ``regions.part_cell_body``, checked here against IPython's own reading of the cell."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    assert part_cell_body(source) == body
+    ran = TransformerManager().transform_cell(source)
+    call = f"get_ipython().run_cell_magic({PART_MAGIC_NAME!r}, "
+    assert ran.startswith(call) == (body is not None), ran
+    if body is not None:
+        assert ran.endswith(f"{body!r})\n"), ran
+
+
+def test_the_bundle_maker_takes_the_cells_ipython_runs_as_parts() -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source, _ in PART_CELLS]
+    nb.cells.append(nbformat.v4.new_markdown_cell(PART_CELLS[0][0]))  # prose about a part
+    assert part_cells(nb) == [body for _, body in PART_CELLS if body is not None]
+
+
+def test_only_regions_py_spells_the_part_magic() -> None:
+    """One home for the marker: every other module imports it (or ``part_cell_body``)."""
+    import ast
+
+    import labkit
+
+    package = Path(labkit.__file__).parent
+    spelled = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in (PART_MAGIC, PART_MAGIC_NAME)
+    )
+    assert spelled == ["regions.py"], (
+        "import PART_MAGIC, PART_MAGIC_NAME or part_cell_body from labkit.regions"
+    )
 
 
 def test_student_copies_clear_outputs_and_keep_other_cells(tmp_path: Path) -> None:

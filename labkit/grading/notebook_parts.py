@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from labkit.regions import regions, strip_solutions
+from labkit.regions import part_cell_body, regions, strip_solutions
 
 __all__ = [
     "CHECK_TAG",
@@ -76,7 +76,6 @@ __all__ = [
 SETUP_TAG = "graded-setup"
 COURSE_FILE = "course.json"  # a planned course, for a grader packaged without the notebooks
 CHECK_TAG = "graded-check"
-PROXY_PART_MAGIC = "%%proxy_part"  # a cell that writes its functions into proxy.py
 Role = Literal["setup", "part", "check"]
 
 
@@ -371,7 +370,7 @@ def course_notebook(path: Path) -> CourseNotebook | None:
     no ``graded-check`` cell (nothing of it is graded this way)."""
     cells: list[CourseCell] = []
     for cell in notebook_cells(path.read_bytes(), path.name):
-        if cell.source.lstrip().startswith(PROXY_PART_MAGIC):
+        if part_cell_body(cell.source) is not None:
             continue  # a part of proxy.py, graded with proxy.py
         stubbed, count = strip_solutions(cell.source, kind="code", notebook=path.stem)
         if count:
