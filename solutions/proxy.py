@@ -671,7 +671,8 @@ async def relay(upstream: httpx.Response, client_wants_usage: bool) -> AsyncIter
             reader.cancel()  # the client left: stop reading, which closes the upstream
         else:
             # The answer is over; let the reader take the body's last bytes so httpx puts the
-            # connection back in its pool (cancelling that read leaks it), but not for ever.
+            # connection back in its pool (cancelling that read makes httpx close it, and the
+            # next request pays for a new one), but not for ever.
             asyncio.get_running_loop().call_later(READER_GRACE_S, reader.cancel)
         log_usage(usage, outcome)
     ### END SOLUTION
