@@ -99,6 +99,24 @@ TIES = [
         r"the stored run: ([\d,]+) characters",
         r"falls behind the stream from n = ([\d,]+) characters",
     ),
+    Tie(
+        "03",
+        "gzip flushed only at the end",
+        r"(\d+) bytes flushed only at the end",
+        r"gzip, flushed only at the end: +(\d+) bytes",
+    ),
+    Tie(
+        "03",
+        "gzip with a sync flush per frame",
+        r"(\d+) with a sync flush after each frame",
+        r"gzip, sync flush after each frame: +(\d+) bytes",
+    ),
+    Tie(
+        "03",
+        "gzip with a full flush per frame",
+        r"(\d+) with a full flush after each",
+        r"gzip, full flush after each frame: +(\d+) bytes",
+    ),
 ]
 
 
