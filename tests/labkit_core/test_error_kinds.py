@@ -111,7 +111,7 @@ def test_an_error_still_imports_from_the_module_that_raises_it(module: str, name
 
 
 def test_the_gateway_failure_is_the_error_class() -> None:
-    from labkit.stream_gateway import Failure
+    from labkit.stream_gateway._relay import Failure
 
     assert Failure is errors.GatewayFailure
 

@@ -16,14 +16,12 @@ from labkit import Capture, MockUpstream, capture_stream, serve
 from labkit.servers import ServerHandle
 from labkit.stream_gateway import (
     ANSWERS_PATH,
-    Failure,
     Immediate,
     ReleasePolicy,
     RestartPolicy,
-    checked_calls,
     make_stream_gateway,
-    offered_schemas,
 )
+from labkit.stream_gateway._tool_calls import Failure, checked_calls, offered_schemas
 from labkit.wire import says_something
 from solutions import proxy as parts
 from solutions.release import BySentence, Checked, WholeAnswer
