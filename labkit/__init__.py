@@ -16,7 +16,7 @@ Layers, bottom first (a module imports from its own layer and the ones before it
 later one; tests/labkit_core/test_layers.py reads this list and enforces it):
 
     mock: mock_upstream
-    core: errors wire sse scrape _blocking _ssl _decompress _capture_model _recorder
+    core: errors settings wire sse scrape _blocking _ssl _decompress _capture_model _recorder
           capture servers regions packaging stream_gateway
     services: engine upstream chat plots
     checks: checks notebook_checks

@@ -212,6 +212,7 @@ def _chromium_version(executable: str) -> str | None:
 
 def _check_browser() -> DoctorLine:
     from labkit.chat.browser import CHROMIUM_ENV, find_chromium
+    from labkit.settings import CHROMIUM
 
     try:
         import playwright.sync_api  # noqa: F401
@@ -225,7 +226,7 @@ def _check_browser() -> DoctorLine:
         )
     driver = f"playwright {importlib.metadata.version('playwright')}"
     chromium = find_chromium()
-    configured = os.environ.get(CHROMIUM_ENV)
+    configured = CHROMIUM.read()
     if chromium is None:
         missing = (
             f"{CHROMIUM_ENV}={configured} is not an executable file"
@@ -255,6 +256,7 @@ def _check_mock_upstream() -> DoctorLine:
     from labkit.capture import capture_stream
     from labkit.errors import LabkitError
     from labkit.servers import UPSTREAM_URL_ENV, serve
+    from labkit.settings import UPSTREAM_URL
 
     request = {
         "model": "mock-1",
@@ -262,7 +264,10 @@ def _check_mock_upstream() -> DoctorLine:
         "messages": [{"role": "user", "content": "doctor"}],
         "mock": {"ttft_ms": 0, "tps": 1000, "tokens": 5},
     }
-    external = os.environ.get(UPSTREAM_URL_ENV)
+    try:
+        external = UPSTREAM_URL.read()
+    except LabkitError as exc:  # a value that is not a URL
+        return DoctorLine("mock upstream", "fail", str(exc), f"fix or unset {UPSTREAM_URL_ENV}")
     where = f"{UPSTREAM_URL_ENV}={external}" if external else "a mock upstream on a thread"
     try:
         if external:
@@ -293,8 +298,12 @@ def _check_engine() -> DoctorLine:
     from labkit.engine import ENGINE_URL_ENV, RECIPE, cache_root, find_engine, missing_tools
     from labkit.engine.serve import ExternalEngine
     from labkit.errors import LabkitError
+    from labkit.settings import ENGINE_URL
 
-    external = os.environ.get(ENGINE_URL_ENV)
+    try:
+        external = ENGINE_URL.read()
+    except LabkitError as exc:  # a value that is not a URL
+        return DoctorLine("real engine", "fail", str(exc), f"fix or unset {ENGINE_URL_ENV}")
     if external:
         try:
             engine = ExternalEngine(external)

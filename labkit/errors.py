@@ -25,6 +25,8 @@ The hierarchy::
     ├── ProxyFileError               proxy.py is missing, not Python, or a part does not fit
     ├── SolutionRegionError          solution-region delimiters that do not pair up
     ├── UsageError                   a command line that cannot be done
+    ├── SettingError                 a LABKIT_* environment variable with a value that cannot be
+    │                                used (labkit.settings)
     ├── GradingError                 grading could not be set up
     ├── GraderEnvironmentError       the grading user cannot start the grader's Python or
     │                                import what a proxy needs: nothing is graded
@@ -95,6 +97,7 @@ __all__ = [
     "SandboxUnavailableError",
     "ServerExitedError",
     "ServerStartError",
+    "SettingError",
     "SolutionRegionError",
     "StartTimeoutError",
     "TargetLoadError",
@@ -379,6 +382,21 @@ class UsageError(LabkitError):
 
     kind: ClassVar[str] = "usage"
     exit_code: ClassVar[int] = 2
+
+
+class SettingError(LabkitError):
+    """A ``LABKIT_*`` environment variable whose value cannot be used (``labkit.settings``
+    names each one, what it must be and what unset means)."""
+
+    kind: ClassVar[str] = "setting_invalid"
+
+    def __init__(self, *, name: str, value: str, expected: str, default: str) -> None:
+        super().__init__(
+            f"{name}={value!r}, but it must be {expected}. Fix it, or unset {name} for the "
+            f"default: {default}."
+        )
+        self.name = name
+        self.value = value
 
 
 class GradingError(LabkitError):

@@ -40,12 +40,13 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
+
+from labkit.settings import NOTEBOOK_VERDICTS
 
 __all__ = ["VERDICTS_ENV", "Missing", "NotebookChecks", "Verdict", "missing_parts"]
 
@@ -55,7 +56,7 @@ T = TypeVar("T")
 _STUB_MESSAGE: Final = re.compile(r"Write this part yourself: ([\w.]+), in notebook (\w+)")
 _NOT_GIVEN: Final = object()
 #: A file to append each verdict to as a JSON line, for the grader (see the module docstring).
-VERDICTS_ENV: Final = "LABKIT_NOTEBOOK_VERDICTS"
+VERDICTS_ENV: Final = NOTEBOOK_VERDICTS.name
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,7 @@ class NotebookChecks:
     def _show(self, result: Verdict) -> None:
         for line in result.lines:
             self.say(line)
-        if record := os.environ.get(VERDICTS_ENV):
+        if record := NOTEBOOK_VERDICTS.read():
             with open(record, "a", encoding="utf-8") as out:
                 out.write(json.dumps({"event": "verdict", **result.to_json()}) + "\n")
 

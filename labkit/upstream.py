@@ -12,7 +12,6 @@ numbers taken from the server that did the generating::
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -22,6 +21,7 @@ from labkit.capture import shared_ssl_context
 from labkit.errors import MockUpstreamError
 from labkit.scrape import exported_names, samples, sum_first
 from labkit.servers import UPSTREAM_URL_ENV, ServerHandle
+from labkit.settings import UPSTREAM_URL
 from mock_upstream import DEBUG_TOKEN_HEADER
 
 __all__ = ["MockUpstream"]
@@ -38,7 +38,7 @@ class MockUpstream:
         # A mock started with a debug token (the grader's) answers its debug routes only to
         # requests that carry it; learner code never sees it.
         self.headers = {DEBUG_TOKEN_HEADER: token} if token else {}
-        external = os.environ.get(UPSTREAM_URL_ENV, "").rstrip("/")
+        external = (UPSTREAM_URL.read() or "").rstrip("/")
         # an error then says the cell needs the mock, not that a URL was mistyped
         self._from_env = UPSTREAM_URL_ENV if external and self.url == external else None
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from labkit.errors import BrowserUnavailableError, LabkitError
+from labkit.settings import CHROMIUM
 
 __all__ = [
     "CHROMIUM_ENV",
@@ -41,7 +42,7 @@ __all__ = [
     "find_chromium",
 ]
 
-CHROMIUM_ENV: Final = "LABKIT_CHROMIUM"
+CHROMIUM_ENV: Final = CHROMIUM.name
 CHROMIUM_NAMES: Final = ("chromium", "chromium-browser", "google-chrome")
 TERMINAL_STATES: Final = ("completed", "interrupted", "cancelled")
 DEFAULT_TIMEOUT_S: Final = 15.0
@@ -56,7 +57,7 @@ T = TypeVar("T")
 def find_chromium() -> str | None:
     """The Chromium to drive: ``$LABKIT_CHROMIUM``, else the first of ``chromium``,
     ``chromium-browser``, ``google-chrome`` on ``PATH``; None when there is none."""
-    configured = os.environ.get(CHROMIUM_ENV)
+    configured = CHROMIUM.read()
     if configured:
         return configured if os.access(configured, os.X_OK) else None
     for name in CHROMIUM_NAMES:
@@ -73,7 +74,7 @@ def browser_problem() -> str | None:
     except ImportError:
         return "the playwright package is not installed (pip install 'playwright>=1.63,<1.64')"
     if find_chromium() is None:
-        configured = os.environ.get(CHROMIUM_ENV)
+        configured = CHROMIUM.read()
         if configured:
             return f"{CHROMIUM_ENV}={configured} is not an executable file: {INSTALL_HINT}"
         return f"no Chromium found on PATH: {INSTALL_HINT}"

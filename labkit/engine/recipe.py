@@ -15,14 +15,15 @@ flag is a different folder; a fresh clone on the same machine finds the one it b
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from labkit.settings import ENGINE_CACHE
+
 __all__ = ["CACHE_ENV", "RECIPE", "Download", "EngineRecipe", "cache_root"]
 
-CACHE_ENV: Final = "LABKIT_ENGINE_CACHE"
+CACHE_ENV: Final = ENGINE_CACHE.name
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,4 @@ RECIPE: Final = EngineRecipe(
 
 def cache_root() -> Path:
     """Where engine builds and models are kept (outside every repository)."""
-    explicit = os.environ.get(CACHE_ENV)
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "streaming-proxy-lab" / "engine"
+    return ENGINE_CACHE.read()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import ctypes
-import os
 import signal
 import sys
 import time
@@ -32,6 +31,7 @@ from labkit.errors import EngineNotBuiltError, EngineReadError
 from labkit.scrape import exported_names, samples, sum_first
 from labkit.servers._handles import ExternalServer, ServerHandle, bind_socket, registry
 from labkit.servers._process import ProcessServer
+from labkit.settings import ENGINE_URL
 
 __all__ = [
     "DECODED_COUNTERS",
@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 #: Set this to an OpenAI-compatible engine's base URL (no ``/v1``) to use it instead of ours.
-ENGINE_URL_ENV: Final = "LABKIT_ENGINE_URL"
+ENGINE_URL_ENV: Final = ENGINE_URL.name
 ENGINE_NAME: Final = "engine"
 #: The model name our engine answers to (``--alias``): requests may send any model name.
 MODEL_ALIAS: Final = "smollm2-135m-instruct"
@@ -248,7 +248,7 @@ def start_engine(settings: EngineSettings | None = None) -> EngineHandle:
     Raises ``EngineNotBuiltError`` (saying how to build it) when the cache has none, and a
     ``ServerStartError`` with the end of the engine's log when it does not come up.
     """
-    external = os.environ.get(ENGINE_URL_ENV)
+    external = ENGINE_URL.read()
     if external:
         return ExternalEngine(external)
     settings = settings or EngineSettings()

@@ -18,13 +18,12 @@ servers), so grading never stops or reuses one that a notebook holds.
 
 from __future__ import annotations
 
-import os
 from typing import Final
 
 from labkit.engine import EngineHandle, EngineServer, EngineSettings, ExternalEngine
 from labkit.engine.build import require_engine
-from labkit.engine.serve import ENGINE_URL_ENV
 from labkit.servers._handles import bind_socket
+from labkit.settings import ENGINE_URL
 
 __all__ = [
     "GRADING_ENGINE",
@@ -45,7 +44,7 @@ def start_grading_engine() -> EngineHandle:
     With ``LABKIT_ENGINE_URL`` set, that engine instead (``.stop()`` leaves it running).
     Raises ``EngineNotBuiltError`` (saying ``make engine``) where it is not built.
     """
-    external = os.environ.get(ENGINE_URL_ENV)
+    external = ENGINE_URL.read()
     if external:
         return ExternalEngine(external)
     files = require_engine()

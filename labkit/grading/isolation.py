@@ -38,7 +38,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TypeAlias
 
 import psutil
 
@@ -46,6 +46,7 @@ import labkit
 import mock_upstream
 from labkit.errors import SandboxUnavailableError
 from labkit.grading.cgroups import Cgroup
+from labkit.settings import SANDBOX, SandboxKind
 
 __all__ = [
     "KINDS",
@@ -61,7 +62,7 @@ __all__ = [
     "readonly_paths",
 ]
 
-Kind = Literal["bubblewrap", "none"]
+Kind: TypeAlias = SandboxKind
 NOBODY = 65534
 MIB = 1024 * 1024
 
@@ -398,9 +399,9 @@ def choose(limits: Limits | None = None, kind: Kind | None = None) -> Isolation:
     may name one). Raises :class:`~labkit.errors.SandboxUnavailableError` when the sandbox
     asked for cannot run here: a grading setup error, not a verdict on a submission."""
     limits = limits or Limits()
-    wanted = kind or os.environ.get("LABKIT_SANDBOX") or None
+    wanted = kind or SANDBOX.read()
     if wanted == "none":
-        return NoSandbox(limits, "turned off with LABKIT_SANDBOX=none")
+        return NoSandbox(limits, f"turned off with {SANDBOX.name}=none")
     why_not = _bubblewrap_works()
     if not why_not:
         return Bubblewrap(limits)

@@ -32,9 +32,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from errno import EPERM
-from typing import Literal
 
-from labkit.errors import NetworkSetupError
+from labkit.errors import NetworkSetupError, SettingError
+from labkit.settings import NETWORK, NetworkChoice
 
 __all__ = [
     "NETWORK_ENV",
@@ -47,8 +47,7 @@ __all__ = [
     "seen_from_here",
 ]
 
-NETWORK_ENV = "LABKIT_NETWORK"
-NetworkChoice = Literal["own", "shared"]
+NETWORK_ENV = NETWORK.name
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
@@ -93,13 +92,12 @@ def enter_own_namespace(choice: NetworkChoice | None = None) -> Network:
     returned ``Network`` says it. Raises ``NetworkSetupError`` only if a namespace that a
     trial in a child could set up then fails in this process.
     """
-    wanted = choice or os.environ.get(NETWORK_ENV) or "own"
+    try:
+        wanted = choice or NETWORK.read()
+    except SettingError as exc:  # the machine's network, and the report says why
+        return Network(False, str(exc))
     if wanted == "shared":
         return Network(False, f"turned off with {NETWORK_ENV}=shared")
-    if wanted != "own":
-        return Network(
-            False, f"{NETWORK_ENV}={wanted!r} is not one of 'own', 'shared'; fix the variable"
-        )
     if not sys.platform.startswith("linux"):
         return Network(False, f"network namespaces are Linux's, and this is {sys.platform}")
     if interfaces() == ["lo"]:  # already alone (a worker started inside a namespace)

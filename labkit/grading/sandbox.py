@@ -32,6 +32,7 @@ from labkit.errors import (
 from labkit.grading.isolation import Confinement, Isolation, choose
 from labkit.grading.report import Problem
 from labkit.servers import CHILD_MODULE, SubprocessServer, next_name
+from labkit.settings import NETWORK, SANDBOX
 
 __all__ = [
     "KEPT_ENV",
@@ -45,6 +46,7 @@ __all__ = [
 
 # LABKIT_SANDBOX is the instructor's choice of sandbox (labkit.grading.isolation.choose),
 # LABKIT_NETWORK of network (labkit.grading.network.enter_own_namespace): the worker needs them
+# (labkit.settings)
 KEPT_ENV = (
     "PATH",
     "LANG",
@@ -53,8 +55,8 @@ KEPT_ENV = (
     "TZ",
     "PYTHONPATH",
     "SYSTEMROOT",
-    "LABKIT_SANDBOX",
-    "LABKIT_NETWORK",
+    SANDBOX.name,
+    NETWORK.name,
 )
 PROXY_START_TIMEOUT_S = 8.0
 AGAIN = "Fix it and grade again."

@@ -45,6 +45,7 @@ from labkit.servers.redis import (
     redis_version,
     start_redis,
 )
+from labkit.settings import UPSTREAM_URL
 
 __all__ = [
     "CHILD_MODULE",
@@ -76,7 +77,7 @@ __all__ = [
 ]
 
 #: Set this to a running mock's base URL to make ``start_mock_upstream()`` use it.
-UPSTREAM_URL_ENV = "LABKIT_UPSTREAM_URL"
+UPSTREAM_URL_ENV = UPSTREAM_URL.name
 MOCK_UPSTREAM_NAME = "mock-upstream"
 
 
@@ -150,7 +151,7 @@ def start_mock_upstream(**scenario_defaults: Any) -> ServerHandle:
     are ignored, so put anything a lesson depends on in the request's ``mock`` field), and
     ``stop()`` leaves it running.
     """
-    external = os.environ.get(UPSTREAM_URL_ENV)
+    external = UPSTREAM_URL.read()
     if external:
         return ExternalServer(external, name=MOCK_UPSTREAM_NAME)
     from mock_upstream import Scenario, create_app

@@ -207,9 +207,13 @@ def test_a_namespace_that_fails_halfway_leaves_the_grader_on_the_machines_networ
 
 
 def test_a_bad_labkit_network_value_says_what_it_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grading goes on, on the machine's network, and the report says why in labkit.settings'
+    words for a bad value."""
     monkeypatch.setenv(NETWORK_ENV, "none")
     assert enter_own_namespace() == Network(
-        False, f"{NETWORK_ENV}='none' is not one of 'own', 'shared'; fix the variable"
+        False,
+        f"{NETWORK_ENV}='none', but it must be one of 'own', 'shared'. Fix it, or unset "
+        f"{NETWORK_ENV} for the default: own.",
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,25 @@ def test_no_playwright_is_a_warning_with_the_pinned_pip_install(
         "the playwright package is not installed (only needed for notebook 14's browser cells)"
     )
     assert line.fix is not None and "pip install 'playwright<1.64,>=1.63'" in line.fix
+
+
+@pytest.mark.parametrize(
+    ("variable", "check", "line"),
+    [
+        ("LABKIT_UPSTREAM_URL", doctor._check_mock_upstream, "mock upstream"),
+        ("LABKIT_ENGINE_URL", doctor._check_engine, "real engine"),
+    ],
+)
+def test_a_url_setting_that_is_not_a_url_is_a_failed_line_that_names_it(
+    variable: str,
+    check: Callable[[], DoctorLine],
+    line: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The doctor reports a bad setting in labkit.settings' words instead of stopping."""
+    monkeypatch.setenv(variable, "127.0.0.1:8001")
+    found = check()
+    assert isinstance(found, DoctorLine)
+    assert (found.check, found.status) == (line, "fail")
+    assert found.found.startswith(f"{variable}='127.0.0.1:8001', but it must be an http:// or ")
+    assert found.fix == f"fix or unset {variable}"

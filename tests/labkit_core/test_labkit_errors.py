@@ -31,6 +31,7 @@ from labkit.errors import (
     SandboxUnavailableError,
     ServerExitedError,
     ServerStartError,
+    SettingError,
     StartTimeoutError,
     TargetLoadError,
 )
@@ -172,6 +173,13 @@ PINNED: list[tuple[Exception, str]] = [
         RubricError("rubric.toml", "weights.trickle is 'a lot', expected a number"),
         "Rubric rubric.toml: weights.trickle is 'a lot', expected a number. Fix the file, or "
         "leave --rubric out.",
+    ),
+    (
+        SettingError(
+            name="LABKIT_NETWORK", value="none", expected="one of 'own', 'shared'", default="own"
+        ),
+        "LABKIT_NETWORK='none', but it must be one of 'own', 'shared'. Fix it, or unset "
+        "LABKIT_NETWORK for the default: own.",
     ),
 ]
 
