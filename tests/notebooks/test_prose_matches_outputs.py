@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+import httpx
 import nbformat
 import pytest
 
@@ -117,6 +118,13 @@ TIES = [
         r"(\d+) with a full flush after each",
         r"gzip, full flush after each frame: +(\d+) bytes",
     ),
+    Tie(
+        "07",
+        "when the bare client's read timeout ends the stream, seen from the upstream",
+        r"gives up (\d+) s after the upstream's headers",
+        r"the proxy hung up on the upstream ([\d.]+) s after its headers",
+        tolerance=0.5,  # the read timeout, and the moments between the headers and the first read
+    ),
 ]
 
 
@@ -126,6 +134,11 @@ def test_a_number_the_prose_quotes_is_the_stored_output(tie: Tie) -> None:
     assert not wrong, "\n".join(wrong) + (
         "\nState the stored output's number, or re-execute the notebook and state the new one."
     )
+
+
+def test_07s_five_seconds_are_httpxs_default_read_timeout() -> None:
+    (stated,) = set(re.findall(r"gives up (\d+) s after the upstream's headers", prose("07")))
+    assert float(stated) == httpx.AsyncClient().timeout.read
 
 
 def _table(prefix: str, row: str) -> list[tuple[float, ...]]:
