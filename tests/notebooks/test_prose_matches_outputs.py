@@ -125,6 +125,12 @@ TIES = [
         r"the proxy hung up on the upstream ([\d.]+) s after its headers",
         tolerance=0.5,  # the read timeout, and the moments between the headers and the first read
     ),
+    Tie(
+        "05",
+        "the cancelled request's tokens",
+        r"`tokens_generated` \((\d+) in the run stored here",
+        r"the cancelled request: the upstream generated (\d+) tokens",
+    ),
 ]
 
 
