@@ -17,16 +17,18 @@ later one; tests/labkit_core/test_layers.py reads this list and enforces it):
 
     mock: mock_upstream
     core: errors settings wire sse scrape _blocking _ssl _decompress _capture_model _recorder
-          capture servers regions packaging stream_gateway
-    services: engine upstream chat plots
+          capture servers regions packaging
+    services: engine upstream chat stream_gateway plots
     checks: checks notebook_checks
     grading: grading
     surface: proxy_file student doctor cli
 
 The mock (``mock_upstream``, its own package) imports nothing of labkit; the core counts tokens
 with its tokenizer and starts it, so importing the core must stay cheap: the mock's package loads
-its names on first use, and a test imports ``labkit.capture`` and finds no FastAPI in it.
-The core is formats, capture and processes; services run an engine, a mock or a page on it;
+its names on first use, and a test imports the core and finds no FastAPI in it.
+The core is formats, capture and processes; services run an engine, a mock, a page or the
+stream gateway on it (a module that makes a web app goes no lower than services, whatever it
+imports);
 checks observe a proxy through them (notebook_checks judges the parts written in the notebooks,
 and records its verdicts for the grader); grading runs the checks on submissions; the surface is
 what the notebooks, the command line and the learner bundle use.

@@ -292,3 +292,39 @@ def test_importing_labkit_capture_loads_no_server() -> None:
         f"importing labkit.capture loaded {out.stdout.strip()}: a module of labkit's core or "
         "mock_upstream/__init__.py imports a server at module level; import it where it is used"
     )
+
+
+# What no module of the core may load: the framework a web app is made with.
+WEB_FRAMEWORKS = ("fastapi", "starlette", "mock_upstream.app")
+
+
+@pytest.mark.sockets
+def test_importing_the_core_loads_no_web_framework() -> None:
+    """Bug: ``labkit.stream_gateway``, a FastAPI app with its metrics and policies, sat in the
+    core only because of what it imports (``errors``, ``wire``), and importing it loaded
+    FastAPI. Fix: a module that makes a web app goes no lower than services; every unit the
+    docstring puts in the core is imported here, in a fresh interpreter."""
+    core = sorted(unit for unit, number in layers().items() if number == layers()["errors"])
+    found = f"print(sorted(m for m in {WEB_FRAMEWORKS!r} if m in sys.modules))"
+    code = "; ".join(["import sys", *(f"import labkit.{unit}" for unit in core), found])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", (
+        f"importing the core ({', '.join(core)}) loaded {out.stdout.strip()}: a module that "
+        "makes a web app belongs in services (labkit/__init__.py's layers), or it imports the "
+        "framework where the app is made"
+    )
+
+
+@pytest.mark.sockets
+def test_the_gateways_policies_load_without_its_server() -> None:
+    """``labkit.stream_gateway`` loads its names on first use: its release and restart
+    policies are pure, and only ``make_stream_gateway`` (``_endpoint``) loads FastAPI."""
+    code = (
+        "import sys; from labkit.stream_gateway import Immediate, ReleasePolicy, RestartPolicy; "
+        f"print(sorted(m for m in {(*SERVER_MODULES, 'jsonschema')!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", (
+        f"importing the gateway's policies loaded {out.stdout.strip()}: labkit/stream_gateway/"
+        "__init__.py or _policies.py imports the app; load it in _endpoint.py alone"
+    )

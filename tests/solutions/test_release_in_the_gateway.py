@@ -294,3 +294,19 @@ def test_last_event_id_is_refused_with_what_to_do_instead(by_sentence: ServerHan
 )
 def test_the_restart_policy(reason: str, shown: int, attempt: int, allowed: bool) -> None:
     assert RestartPolicy(max_attempts=2).decide(reason, shown, attempt)[0] is allowed
+
+
+def test_the_gateways_public_names_are_its_all_and_the_same_from_labkit() -> None:
+    """The package's surface is its sorted ``__all__`` (the rest is in private modules), and
+    ``from labkit import make_stream_gateway, RestartPolicy`` (notebook 12) gives the same
+    objects."""
+    import labkit
+    import labkit.stream_gateway as package
+
+    assert package.__all__ == sorted(package._WHERE)
+    assert all(getattr(package, name) is not None for name in package.__all__)
+    assert labkit.make_stream_gateway is package.make_stream_gateway is make_stream_gateway
+    assert labkit.RestartPolicy is package.RestartPolicy is RestartPolicy
+    unknown = re.escape("module 'labkit.stream_gateway' has no attribute 'Relay'")
+    with pytest.raises(AttributeError, match=unknown):
+        package.Relay  # noqa: B018  # private: import it from labkit.stream_gateway._relay
