@@ -1,0 +1,998 @@
+# Honest solution B ("callbacks and helpers"), test data for labkit.grading.similarity
+# (issue 45).
+#
+# Written for the similarity threshold's calibration: a whole proxy.py as a learner would hand
+# it in, from the learner bundle's stubbed proxy.py (the scaffold and its docstrings) and the
+# notebooks' markdown (02-07, 10, 15) alone, without reading the reference's solution regions.
+# Each part replaces its stand-in in the stub, the helpers it needs just above it, as
+# %%proxy_part writes a cell. Graded 100/100 by `labkit grade` (23 of 23
+# checks), and notebook 10's stall-deadline cases pass on it (see README.md here).
+# Its approach: many small named helpers (unreachable, gone, stop_reader, cursor_of...), done
+# callbacks and futures instead of task groups (while_connected settles a future, produce waits
+# on an Event its tasks set), a getter task per next_item, and a queue whose put is replaced on
+# the one queue by a call_later timer that gives up on a stalled client.
+# Do not edit it to move a score: it is a measurement, like the grader's broken variants.
+
+"""A streaming proxy for OpenAI-style chat completions, written step by step in the notebooks.
+
+Submission contract: a module-level ASGI ``app``; the upstream base URL comes from
+``UPSTREAM_URL`` (no ``/v1``); one JSON line per upstream request is appended to the file named
+by ``USAGE_LOG`` with ``id``, ``prompt_tokens``, ``completion_tokens``, ``total_tokens`` and
+``outcome`` (``completed``, ``cancelled`` or ``error``).
+
+Each function below that holds ``# YOUR CODE HERE`` is written in one notebook's "build it"
+cell, which writes it into this file (``%%proxy_part``). Which notebook, and what it adds:
+
+* 02 ``make_client``, ``chat_completions``: forward each request with one async client;
+* 03 ``sse_events``: hand on each event the moment it is complete, never a batch;
+* 04 ``while_connected``, ``read_events``, ``relay``: a client that leaves stops the upstream in
+  every window: while the route waits for the upstream's headers (queued in the engine, or a
+  whole answer being generated: the route watches it), and once the body runs (the body owns
+  the reader), before the first token and after;
+* 05 ``ask_for_usage``, ``pass_on``, ``log_usage``: ask for usage, take it from the stream,
+  log it once with the outcome;
+* 06 ``error_event``, ``forward_whole``: failures after the 200 become error events; failures
+  before it keep their status and ``Retry-After``;
+* 07 ``upstream_timeout``, ``next_item``: no 5 s default, heartbeats, an idle deadline;
+* 10 ``make_queue``: a bounded queue, so a slow client cannot grow us, and a stall deadline, so
+  a client that takes nothing is let go and the upstream's generation (and its bill) stops;
+* 15 ``asks_to_resume``, ``produce``, ``follow``, ``resume_stream``, ``stop_stream``: a stream
+  the client asked to be resumable (``X-Resumable: true``) outlives its connection: a replay log
+  keeps its events, a client that comes back with ``Last-Event-ID`` gets what it missed, and an
+  explicit Stop (or nobody back within a grace period) cancels the upstream.
+
+Everything else (settings, types, request checks, the app, the replay logs) is given. With
+``REDIS_URL`` set, the replay log is a Redis stream per answer, so replicas resume each other's
+streams; without it, it lives in this process.
+
+Run it: ``UPSTREAM_URL=http://127.0.0.1:8001 uvicorn proxy:app --port 8000``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import secrets
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from contextlib import aclosing, asynccontextmanager, suppress
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, TypeVar, cast
+
+import httpx
+import redis.asyncio as aioredis
+import redis.exceptions
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from starlette.background import BackgroundTask
+from starlette.requests import ClientDisconnect
+from starlette.responses import StreamingResponse as StarletteStreamingResponse
+from starlette.types import Receive, Scope, Send
+
+# ---------------------------------------------------------------------------------------------
+# Settings (given)
+
+CHAT_PATH = "/v1/chat/completions"
+# Send a comment after this many seconds of upstream silence. sse-starlette uses 15 s; the lab
+# asks for at most 3 s so that its keepalive check stays quick.
+HEARTBEAT_S = float(os.environ.get("HEARTBEAT_S", "2"))
+# Give up on an upstream that has sent nothing for this long (it is httpx's read timeout).
+UPSTREAM_IDLE_S = float(os.environ.get("UPSTREAM_IDLE_S", "60"))
+# Upstream connections the shared client may hold at once. Every open stream holds one for its
+# whole life, so this is the most streams the proxy carries at once: httpx's default of 100
+# would make the 101st stream wait in the pool for one to end (docs/connection-pool.md).
+UPSTREAM_CONNECTIONS = int(os.environ.get("UPSTREAM_CONNECTIONS", "1000"))
+# Events held between the upstream reader and a slow client before the reader waits.
+QUEUE_EVENTS = 64
+# Give up on a client that has taken nothing for this long while the queue was full: its
+# response ends and the upstream is closed. (nginx's send_timeout, the same idea, is 60 s.)
+STALL_DEADLINE_S = float(os.environ.get("STALL_DEADLINE_S", "30"))
+# After the upstream's last event, how long the reader may take to read the body's end.
+READER_GRACE_S = 5.0
+# Larger request bodies get a 413: no lab prompt comes near this.
+MAX_BODY_BYTES = 1_000_000
+# Request headers passed on. The lab's mock upstream reads fault scenarios from the last one.
+# Not Accept-Encoding: httpx asks the upstream for the encodings it decodes, and hands us the
+# decoded body, whatever the client accepts.
+FORWARDED_HEADERS = ("authorization", "x-mock-scenario")
+
+# Resumable streams (15). A client opts in per request with this header set to "true".
+RESUMABLE_HEADER = "x-resumable"
+STREAMS_PATH = "/v1/streams"
+# A resumable answer whose client has gone goes on for this long; nobody back by then cancels it.
+RESUME_GRACE_S = float(os.environ.get("RESUME_GRACE_S", "10"))
+# The replay log keeps at most this many events of one answer, for this long after its last one.
+REPLAY_EVENTS = int(os.environ.get("REPLAY_EVENTS", "4096"))
+REPLAY_KEEP_S = float(os.environ.get("REPLAY_KEEP_S", "300"))
+# How often a running answer asks the log whether anybody is still reading it.
+WATCH_S = 0.25
+# With this set the replay logs live in Redis, shared by every replica; without, in this process.
+REDIS_URL = os.environ.get("REDIS_URL")
+# Redis connections one replica may hold. A running answer (BLPOP, waiting for Stop) and each
+# client reading one (XREAD BLOCK) hold a connection while they wait: two per stream, and some
+# for the short commands. (redis-py's default pool of 100 failed the 51st stream.)
+REDIS_CONNECTIONS = 2 * UPSTREAM_CONNECTIONS + 100
+
+HEARTBEAT = b": keep-alive\n\n"
+DONE = b"data: [DONE]\n\n"
+# no-cache: a cache must check with us before reusing the answer; no-transform: no cache, CDN or
+# proxy on the way may recompress or rewrite the body (that collapses a stream, notebook 03).
+SSE_HEADERS = {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Types and shapes (given)
+
+
+@dataclass
+class UpstreamFailed:
+    """Put on the queue instead of an event when reading the upstream went wrong."""
+
+    message: str
+
+
+Item = str | UpstreamFailed
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """Raised by ``while_connected`` when the client left before the work it watched was done."""
+
+
+def client_gone() -> Response:
+    """The answer to a client that has gone (nobody reads it; nginx logs 499 for this)."""
+    return Response(status_code=499)
+
+
+@dataclass
+class Usage:
+    """What one request cost, as far as the upstream told us."""
+
+    id: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+
+    def take(self, usage: dict[str, Any]) -> None:
+        self.prompt_tokens = usage.get("prompt_tokens")
+        self.completion_tokens = usage.get("completion_tokens")
+        self.total_tokens = usage.get("total_tokens")
+
+
+def error_body(message: str, type_: str) -> dict[str, Any]:
+    """An error in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": type_, "param": None, "code": None}}
+
+
+def event_data(event: str) -> str:
+    """The data of one SSE event: its ``data:`` lines' values, joined by newlines."""
+    lines = event.split("\n")
+    return "\n".join(line[5:].removeprefix(" ") for line in lines if line.startswith("data:"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Replay logs (given): where a resumable answer's events wait for a client that comes back (15).
+#
+# A log holds, per answer, its events numbered from 1, and last an end (``None``). Every follower
+# of the answer reads it from its own cursor; the answer's producer appends to it and asks it
+# whether anybody still reads, and whether somebody pressed Stop.
+
+Entry = tuple[int, bytes | None]  # (sequence number, the event's bytes); None: the answer is over
+
+
+class NotKept(Exception):
+    """The log has no such answer (never, or no longer), or no longer the events asked for."""
+
+
+class LogFailed(Exception):
+    """The replay log could not be reached (Redis is down or unreachable)."""
+
+
+class ReplayLog(Protocol):
+    async def open(self, stream_id: str) -> None:
+        """Start an answer's log, empty, read by its first client from now on."""
+
+    async def append(self, stream_id: str, seq: int, event: bytes | None) -> None:
+        """Add event ``seq`` (``None``: the end), dropping the oldest past ``REPLAY_EVENTS``."""
+
+    async def read(self, stream_id: str, after: int, wait_s: float) -> list[Entry]:
+        """The entries after ``after``; if there are none yet, wait up to ``wait_s`` for some
+        ([] if none came). Counts as somebody reading the answer, for ``wait_s`` and the grace
+        period after. Raises ``NotKept`` for an unknown answer or events no longer kept."""
+
+    async def watched(self, stream_id: str) -> bool:
+        """Whether anybody has read the answer within the grace period (or is reading it)."""
+
+    async def stop(self, stream_id: str) -> bool:
+        """Ask the answer's producer, wherever it runs, to stop; False for an unknown answer."""
+
+    async def stopped(self, stream_id: str) -> None:
+        """Return once somebody asked the answer to stop."""
+
+    async def close(self) -> None:
+        """Let go of what the log holds open."""
+
+
+@dataclass
+class _Kept:
+    events: deque[Entry]
+    grew: asyncio.Event = field(default_factory=asyncio.Event)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    read_until: float = 0.0  # when the last reader's wait ends; the grace period counts from it
+
+
+def _check_cursor(after: int, first: int, last: int) -> None:
+    """Raise ``NotKept`` unless a log holding events ``first`` to ``last`` can give all the
+    events after ``after``."""
+    if after + 1 < first:
+        raise NotKept(f"the events after {after} are no longer kept (the log starts at {first})")
+    if after > last:
+        raise NotKept(f"there is no event {after}: the last one so far is {last}")
+
+
+class MemoryLog:
+    """Replay logs in this process: one bounded deque per answer, dropped ``REPLAY_KEEP_S``
+    after its end. Only this process can resume its answers."""
+
+    def __init__(self, max_events: int, keep_s: float, grace_s: float) -> None:
+        self.max_events, self.keep_s, self.grace_s = max_events, keep_s, grace_s
+        self.answers: dict[str, _Kept] = {}
+        self.clock = asyncio.get_running_loop().time
+
+    def _kept(self, stream_id: str) -> _Kept:
+        if (kept := self.answers.get(stream_id)) is None:
+            raise NotKept(f"no stream {stream_id} here: it never was, or it ended long ago")
+        return kept
+
+    async def open(self, stream_id: str) -> None:
+        self.answers[stream_id] = _Kept(deque(maxlen=self.max_events), read_until=self.clock())
+
+    async def append(self, stream_id: str, seq: int, event: bytes | None) -> None:
+        kept = self._kept(stream_id)
+        kept.events.append((seq, event))
+        kept.grew.set()
+        kept.grew = asyncio.Event()
+        if event is None:
+            asyncio.get_running_loop().call_later(self.keep_s, self.answers.pop, stream_id, None)
+
+    def _after(self, kept: _Kept, after: int) -> list[Entry]:
+        if not kept.events:
+            _check_cursor(after, 1, 0)
+            return []
+        (first, _), (last, event) = kept.events[0], kept.events[-1]
+        _check_cursor(after, first, last if event is not None else last - 1)
+        return list(itertools.islice(kept.events, after + 1 - first, None))
+
+    async def read(self, stream_id: str, after: int, wait_s: float) -> list[Entry]:
+        kept = self._kept(stream_id)
+        kept.read_until = max(kept.read_until, self.clock() + wait_s)
+        if (entries := self._after(kept, after)) or wait_s <= 0:
+            return entries
+        with suppress(TimeoutError):
+            await asyncio.wait_for(kept.grew.wait(), wait_s)
+        return self._after(kept, after)
+
+    async def watched(self, stream_id: str) -> bool:
+        kept = self.answers.get(stream_id)
+        return kept is not None and self.clock() < kept.read_until + self.grace_s
+
+    async def stop(self, stream_id: str) -> bool:
+        if (kept := self.answers.get(stream_id)) is None:
+            return False
+        kept.stop.set()
+        return True
+
+    async def stopped(self, stream_id: str) -> None:
+        await self._kept(stream_id).stop.wait()
+
+    async def close(self) -> None:
+        self.answers.clear()
+
+
+class RedisLog:
+    """Replay logs in Redis, so that any replica can resume any answer and stop it.
+
+    Each answer is a Redis stream, ``replay:{id}``, capped at ``REPLAY_EVENTS`` entries and
+    expiring ``REPLAY_KEEP_S`` after its last. An entry's id is ``1-{seq}`` (``1-0`` marks the
+    start), so a cursor is a stream id and ``XREAD BLOCK`` from it gives what came after, then
+    waits for the live tail. A stream and not pub/sub: a message published while nobody listens
+    is lost, and the client that comes back is exactly the one that was not listening.
+    ``seen:{id}`` (expiring) says somebody reads; ``stop:{id}``, a list, carries Stop to the
+    producer, which waits on it with ``BLPOP``."""
+
+    def __init__(self, url: str, max_events: int, keep_s: float, grace_s: float) -> None:
+        self.max_events, self.keep_ms = max_events, int(keep_s * 1000)
+        self.grace_ms = int(grace_s * 1000)
+        # Timeouts so that a Redis that died or is unreachable is an error in seconds, not a
+        # hang; reads never block longer than HEARTBEAT_S, well inside the socket timeout.
+        self.redis = aioredis.from_url(
+            url,
+            socket_connect_timeout=2,
+            socket_timeout=HEARTBEAT_S + 3,
+            max_connections=REDIS_CONNECTIONS,
+            # Once, at once: a pooled connection from before a Redis restart fails its first
+            # command, and the retry on a fresh one succeeds. A dead Redis fails both.
+            retry=Retry(NoBackoff(), 1),
+            retry_on_error=[redis.exceptions.ConnectionError],
+        )
+
+    @staticmethod
+    def _seq(entry_id: bytes) -> int:
+        return int(entry_id.split(b"-")[1])
+
+    async def _call(self, work: Awaitable[T]) -> T:
+        try:
+            return await work
+        except redis.exceptions.RedisError as exc:
+            raise LogFailed(f"the replay log (Redis) failed: {type(exc).__name__}") from exc
+
+    async def open(self, stream_id: str) -> None:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xadd(f"replay:{stream_id}", {"start": 1}, id="1-0")
+            pipe.pexpire(f"replay:{stream_id}", self.keep_ms)
+            pipe.set(f"seen:{stream_id}", 1, px=self.grace_ms)
+            await self._call(pipe.execute())
+
+    async def append(self, stream_id: str, seq: int, event: bytes | None) -> None:
+        fields: dict[Any, Any] = {"end": 1} if event is None else {"event": event}
+        async with self.redis.pipeline(transaction=False) as pipe:
+            key = f"replay:{stream_id}"
+            pipe.xadd(key, fields, id=f"1-{seq}", maxlen=self.max_events, approximate=False)
+            pipe.pexpire(key, self.keep_ms)
+            await self._call(pipe.execute())
+
+    async def read(self, stream_id: str, after: int, wait_s: float) -> list[Entry]:
+        key = f"replay:{stream_id}"
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.set(f"seen:{stream_id}", 1, px=int(wait_s * 1000) + self.grace_ms)
+            pipe.xrange(key, count=1)
+            pipe.xrevrange(key, count=1)
+            replies: list[Any] = await self._call(pipe.execute())
+        _, first, last = replies
+        if not first:
+            raise NotKept(f"no stream {stream_id} here: it never was, or it ended long ago")
+        (first_id, _), (last_id, last_fields) = first[0], last[0]
+        last_event = self._seq(last_id) - (b"end" in last_fields)
+        _check_cursor(after, max(self._seq(first_id), 1), last_event)
+        block = int(wait_s * 1000) or None  # BLOCK 0 would wait for ever
+        reply: Any = await self._call(self.redis.xread({key: f"1-{after}"}, count=256, block=block))
+        entries = [
+            (self._seq(entry_id), fields.get(b"event"))
+            for _, batch in reply or []
+            for entry_id, fields in batch
+        ]
+        if entries and entries[0][0] != after + 1:  # trimmed since the check: never skip events
+            _check_cursor(after, entries[0][0], entries[-1][0])
+        return entries
+
+    async def watched(self, stream_id: str) -> bool:
+        return bool(await self._call(self.redis.exists(f"seen:{stream_id}")))
+
+    async def stop(self, stream_id: str) -> bool:
+        if not await self._call(self.redis.exists(f"replay:{stream_id}")):
+            return False
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.lpush(f"stop:{stream_id}", 1)
+            pipe.pexpire(f"stop:{stream_id}", self.keep_ms)
+            await self._call(pipe.execute())
+        return True
+
+    async def stopped(self, stream_id: str) -> None:
+        # Short blocking pops: each stays inside the socket timeout, and a Stop ends one at once.
+        while not await self._call(self.redis.blpop([f"stop:{stream_id}"], timeout=1)):
+            pass
+
+    async def close(self) -> None:
+        await self.redis.aclose()
+
+
+def make_log() -> ReplayLog:
+    """The replay log this process uses: Redis's with ``REDIS_URL`` set, else its own."""
+    if REDIS_URL:
+        return RedisLog(REDIS_URL, REPLAY_EVENTS, REPLAY_KEEP_S, RESUME_GRACE_S)
+    return MemoryLog(REPLAY_EVENTS, REPLAY_KEEP_S, RESUME_GRACE_S)
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests the proxy refuses to forward (given): each gets a 4xx in OpenAI's error shape.
+
+
+def not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")  # Python reads it; httpx could not send it on
+
+
+def bad_request(message: str, status: int = 400) -> JSONResponse:
+    return JSONResponse(error_body(message, "invalid_request_error"), status)
+
+
+async def read_body(request: Request) -> bytes | None:
+    """The request body, or None as soon as it is larger than ``MAX_BODY_BYTES``."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_BODY_BYTES:
+        return None
+    content = b""
+    async for part in request.stream():
+        content += part
+        if len(content) > MAX_BODY_BYTES:
+            return None
+    return content
+
+
+async def read_request(request: Request) -> dict[str, Any] | Response:
+    """The request's JSON object, or the response that refuses it."""
+    try:
+        content = await read_body(request)
+    except ClientDisconnect:  # gone before its request was read: nothing to forward or log
+        return client_gone()
+    if content is None:
+        return bad_request(f"the body is larger than {MAX_BODY_BYTES} bytes", 413)
+    try:
+        body = json.loads(content, parse_constant=not_json)
+    except ValueError:
+        return bad_request("the body is not JSON")
+    if not isinstance(body, dict):
+        return bad_request("the body must be a JSON object")
+    if body.get("stream") is True and not isinstance(body.get("stream_options") or {}, dict):
+        return bad_request("stream_options must be an object")
+    return body
+
+
+def upstream_headers(request: Request) -> dict[str, str]:
+    """The client's headers worth passing on, with our own upstream key if we have one."""
+    headers = {name: request.headers[name] for name in FORWARDED_HEADERS if name in request.headers}
+    if api_key := os.environ.get("UPSTREAM_API_KEY"):
+        headers["authorization"] = f"Bearer {api_key}"  # ours, not the client's: never logged
+    return headers
+
+
+# ---------------------------------------------------------------------------------------------
+# The app (given): one upstream client for the app's whole life, made by ``make_client``.
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    upstream_url = os.environ.get("UPSTREAM_URL")
+    if not upstream_url:
+        raise RuntimeError(
+            "UPSTREAM_URL is not set: the proxy needs the upstream's base URL, "
+            "e.g. UPSTREAM_URL=http://127.0.0.1:8001"
+        )
+    async with make_client(upstream_url) as client:
+        app.state.client = client
+        app.state.replay_log = make_log()
+        app.state.producers = set()  # the resumable answers running here (15)
+        try:
+            yield
+        finally:
+            for producer in app.state.producers:
+                producer.cancel()
+            await asyncio.gather(*app.state.producers, return_exceptions=True)
+            await app.state.replay_log.close()
+
+
+app = FastAPI(title="streaming proxy", lifespan=lifespan)
+
+
+class StreamingResponse(StarletteStreamingResponse):
+    """Starlette's ``StreamingResponse``, except that the body generator is closed however the
+    response ends. When the body's task is cancelled while a ``send`` waits for a client that
+    reads nothing, Starlette leaves the generator suspended at its ``yield``, and its
+    ``finally`` (``relay``'s: stop the reader, log the usage) would run only whenever the
+    garbage collector got to it."""
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            if isinstance(self.body_iterator, AsyncGenerator):
+                await self.body_iterator.aclose()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A stream the client asked to be resumable (notebook 15) is not sent from the body
+        itself: ``produce`` runs the body into a replay log, apart from this connection, and
+        the client gets ``follow``'s view of that log, with the answer's id in ``X-Stream-Id``."""
+        if asks_to_resume(scope):
+            app = scope["app"]
+            log, stream_id = app.state.replay_log, secrets.token_urlsafe(16)
+            try:
+                await log.open(stream_id)
+            except LogFailed as exc:  # nothing was sent: refuse, close the upstream, log it
+                if self.background is not None:
+                    await self.background()
+                log_usage(Usage(), "error")
+                refusal = JSONResponse(error_body(str(exc), "service_unavailable"), 503)
+                return await refusal(scope, receive, send)
+            pieces = cast(AsyncGenerator[bytes, None], self.body_iterator)  # relay's
+            producer = asyncio.create_task(produce(log, stream_id, pieces))
+            app.state.producers.add(producer)
+            producer.add_done_callback(app.state.producers.discard)
+            self.body_iterator, self.background = follow(log, stream_id, 0), None
+            self.headers["X-Stream-Id"] = stream_id
+        await super().__call__(scope, receive, send)
+
+
+def _header(scope: Scope, name: str) -> str | None:
+    for key, value in scope["headers"]:
+        if key.decode("latin-1").lower() == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# 02 · The forwarding route and its client
+
+
+def unreachable(exc: Exception) -> JSONResponse:
+    """The 502 for an upstream we could not reach, logged as an error."""
+    log_usage(Usage(), "error")
+    text = "upstream request failed: " + exc.__class__.__name__
+    return JSONResponse(status_code=502, content=error_body(text, "upstream_error"))
+
+
+def gone() -> Response:
+    """The 499 for a client that hung up while we waited for the upstream's headers."""
+    log_usage(Usage(), "cancelled")
+    return client_gone()
+
+
+def event_stream(upstream: httpx.Response, include_usage: bool) -> Response:
+    return StreamingResponse(
+        content=relay(upstream, include_usage),
+        headers=SSE_HEADERS,
+        media_type="text/event-stream",
+        background=BackgroundTask(upstream.aclose),
+    )
+
+
+def make_client(upstream_url: str) -> httpx.AsyncClient:
+    """The one client every request shares: an async one, on ``upstream_url``, with the
+    timeouts of ``upstream_timeout()``, and a pool of ``UPSTREAM_CONNECTIONS`` connections, all
+    of them kept open between requests (every open stream holds one)."""
+    return httpx.AsyncClient(
+        timeout=upstream_timeout(),
+        limits=httpx.Limits(
+            max_keepalive_connections=UPSTREAM_CONNECTIONS, max_connections=UPSTREAM_CONNECTIONS
+        ),
+        base_url=upstream_url,
+    )
+
+
+@app.post(CHAT_PATH)
+async def chat_completions(request: Request) -> Response:
+    """Forward one chat completion; stream the answer back through ``relay``."""
+    body = await read_request(request)
+    if isinstance(body, Response):
+        return body
+    http = request.app.state.client
+    stream = body.get("stream") is True
+    include_usage = False
+    if stream:
+        body, include_usage = ask_for_usage(body)
+    upstream_request = http.build_request(
+        method="POST", url=CHAT_PATH, headers=upstream_headers(request), json=body
+    )
+    try:
+        upstream = await while_connected(request, http.send(upstream_request, stream=True))
+    except httpx.HTTPError as exc:
+        return unreachable(exc)
+    except ClientGone:
+        return gone()
+    if stream and upstream.status_code < 400:
+        return event_stream(upstream, include_usage)
+    return await forward_whole(upstream)
+
+
+# ---------------------------------------------------------------------------------------------
+# 03 · One event at a time
+
+
+async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """Group the upstream's lines into SSE events (an event ends at a blank line) and yield each
+    event, its lines joined by newlines, as soon as its blank line arrives."""
+    buffered = ""
+    async for line in lines:
+        if line:
+            buffered = f"{buffered}\n{line}" if buffered else line
+        elif buffered:
+            event, buffered = buffered, ""
+            yield event
+
+
+# ---------------------------------------------------------------------------------------------
+# 04 · A client that leaves stops the upstream: watched in the route, and by the body
+
+
+async def wait_for_disconnect(receive: Receive) -> None:
+    message = await receive()
+    while message["type"] != "http.disconnect":
+        message = await receive()
+
+
+def reader_failure(exc: BaseException | None) -> UpstreamFailed:
+    if exc is None:
+        return UpstreamFailed("upstream closed the stream before [DONE]")
+    return UpstreamFailed(f"upstream stream broke: {exc.__class__.__name__}")
+
+
+def stop_reader(reader: asyncio.Task[None], outcome: str) -> None:
+    """At once for a client that left; after READER_GRACE_S otherwise, so that the reader can
+    finish the body and give its connection back to the pool."""
+    if outcome == "cancelled":
+        reader.cancel()
+    else:
+        asyncio.get_running_loop().call_later(READER_GRACE_S, reader.cancel)
+
+
+async def while_connected(request: Request, work: Awaitable[T]) -> T:
+    """What ``work`` returns, if it is done before the client leaves. If the client leaves first
+    (its ASGI ``receive`` says ``http.disconnect``), cancel ``work`` at once, let it finish
+    cancelling (an httpx request closes its connection, so the upstream sees the hang-up as if
+    from the client), and raise ``ClientGone``. Starlette watches the client only while it sends
+    a response body: this is the watch for what the route awaits before that."""
+    worker = asyncio.ensure_future(work)
+    listener = asyncio.ensure_future(wait_for_disconnect(request.receive))
+    first: asyncio.Future[asyncio.Future[Any]] = asyncio.get_running_loop().create_future()
+
+    def settle(which: asyncio.Future[Any]) -> None:
+        if not first.done():
+            first.set_result(which)
+
+    worker.add_done_callback(settle)
+    listener.add_done_callback(settle)
+    try:
+        winner = await first
+    finally:
+        listener.cancel()
+        worker.cancel()
+        await asyncio.gather(worker, listener, return_exceptions=True)
+    if winner is worker or not worker.cancelled():
+        return worker.result()
+    raise ClientGone()
+
+
+async def read_events(upstream: httpx.Response, queue: asyncio.Queue[Item]) -> None:
+    """The reader task: put each event of ``sse_events`` on the queue. However the upstream ends
+    (before ``[DONE]``, or with an exception) put an ``UpstreamFailed`` last, so the body never
+    waits for ever, and always close the upstream response."""
+    problem: Exception | None = None
+    try:
+        events = sse_events(upstream.aiter_lines())
+        async for event in events:
+            await queue.put(event)
+    except Exception as exc:
+        problem = exc
+    finally:
+        await upstream.aclose()
+    await queue.put(reader_failure(problem))
+
+
+async def relay(upstream: httpx.Response, client_wants_usage: bool) -> AsyncIterator[bytes]:
+    """The response body. A reader task fills a queue (``make_queue``); this drains it: a
+    heartbeat when ``next_item`` says the upstream is silent, an error event for an
+    ``UpstreamFailed``, and for each event what ``pass_on`` says. However the body ends, stop
+    the reader (at once if the client left) and log the usage once."""
+    queue = make_queue()
+    reader = asyncio.create_task(read_events(upstream, queue))
+    usage = Usage()
+    outcome = "cancelled"
+    sent_at = time.monotonic()
+    try:
+        while True:
+            item = await next_item(queue)
+            ending = None
+            if item is None:
+                chunk: bytes | None = HEARTBEAT
+            elif isinstance(item, UpstreamFailed):
+                chunk, ending = error_event(item.message), "error"
+            else:
+                chunk, ending = pass_on(item, usage, client_wants_usage)
+                if chunk is None and time.monotonic() - sent_at >= HEARTBEAT_S:
+                    chunk = HEARTBEAT
+            if chunk is not None:
+                sent_at = time.monotonic()
+                yield chunk
+            if ending is not None:
+                outcome = ending
+                break
+    finally:
+        stop_reader(reader, outcome)
+        log_usage(usage, outcome)
+
+
+# ---------------------------------------------------------------------------------------------
+# 05 · Usage: ask for it, take it from the stream, log it once
+
+
+def raw_event(event: str) -> bytes:
+    return (event + "\n\n").encode()
+
+
+def parse_chunk(data: str) -> dict[str, Any] | None:
+    """The JSON object in an event's data, or None for anything else."""
+    try:
+        parsed = json.loads(data)
+    except json.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def ask_for_usage(body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The body to send upstream, with ``stream_options.include_usage`` on (the client's other
+    stream options kept), and whether the client asked for usage itself."""
+    theirs = body.get("stream_options") or {}
+    ours = {**body, "stream_options": {**theirs, "include_usage": True}}
+    return ours, bool(theirs.get("include_usage") is True)
+
+
+def pass_on(event: str, usage: Usage, client_wants_usage: bool) -> tuple[bytes | None, str | None]:
+    """What to send the client for one upstream event (None: nothing), and the outcome if the
+    stream ends with it (None: it goes on). Takes the id and the usage into ``usage``. An
+    upstream's comment goes on as it came: it keeps the client's connection busy."""
+    if not any(not line.startswith(":") for line in event.splitlines()):
+        return raw_event(event), None
+    data = event_data(event)
+    if data.strip() == "[DONE]":
+        return DONE, "completed"
+    chunk = parse_chunk(data)
+    if chunk is None:
+        return None, None
+    usage.id = usage.id or chunk.get("id")
+    if chunk.get("error") is not None:
+        return raw_event(event), "error"
+    reported = chunk.get("usage")
+    if isinstance(reported, dict) and reported:
+        usage.take(reported)
+        if not client_wants_usage:
+            if not chunk.get("choices"):
+                return None, None
+            trimmed = {key: value for key, value in chunk.items() if key != "usage"}
+            return raw_event("data: " + json.dumps(trimmed)), None
+    return raw_event(event), None
+
+
+def log_usage(usage: Usage, outcome: str) -> None:
+    """Append one JSON line to ``$USAGE_LOG``: the ``Usage`` fields and the outcome. Counts stay
+    null when the upstream never sent them."""
+    destination = os.getenv("USAGE_LOG")
+    if destination:
+        line = asdict(usage)
+        line["outcome"] = outcome
+        with open(destination, mode="a") as out:
+            print(json.dumps(line), file=out)
+
+
+# ---------------------------------------------------------------------------------------------
+# 06 · Errors: in the stream after the 200, as a status before it
+
+
+def read_unary_usage(data: bytes) -> Usage:
+    found = Usage()
+    with suppress(ValueError, TypeError, AttributeError):
+        parsed = json.loads(data)
+        found.id = parsed.get("id")
+        found.take(parsed.get("usage") or {})
+    return found
+
+
+@asynccontextmanager
+async def aclosing_response(response: httpx.Response) -> AsyncIterator[httpx.Response]:
+    try:
+        yield response
+    finally:
+        await response.aclose()
+
+
+def error_event(message: str) -> bytes:
+    """A failure after the stream started, as an event the OpenAI SDK raises as ``APIError``."""
+    return b"data: %s\n\n" % json.dumps(error_body(message, "upstream_error")).encode()
+
+
+async def forward_whole(upstream: httpx.Response) -> Response:
+    """A unary answer or an error before the stream: read it whole and pass on its status, body,
+    media type and ``Retry-After``; log its usage once (``error`` for a status of 400 or more)."""
+    async with aclosing_response(upstream):
+        try:
+            data = await upstream.aread()
+        except httpx.HTTPError as exc:
+            return unreachable(exc)
+    status = upstream.status_code
+    if status < 400:
+        log_usage(read_unary_usage(data), "completed")
+    else:
+        log_usage(Usage(), "error")
+    headers = {}
+    retry_after = upstream.headers.get("retry-after")
+    if retry_after is not None:
+        headers["retry-after"] = retry_after
+    media_type = upstream.headers.get("content-type") or "application/json"
+    return Response(data, status, headers, media_type)
+
+
+# ---------------------------------------------------------------------------------------------
+# 07 · Long streams: timeouts, heartbeats, an idle deadline
+
+
+def upstream_timeout() -> httpx.Timeout:
+    """The client's timeouts: quick to connect, but ``UPSTREAM_IDLE_S`` of silence allowed
+    between two reads (httpx's default of 5 s for everything kills a slow first token)."""
+    return httpx.Timeout(UPSTREAM_IDLE_S, connect=4.0, write=15.0, pool=10.0)
+
+
+async def next_item(queue: asyncio.Queue[Item]) -> Item | None:
+    """The next item on the queue, or None once the upstream has been silent for
+    ``HEARTBEAT_S`` (the body then sends a heartbeat and asks again)."""
+    getter = asyncio.ensure_future(queue.get())
+    finished, _ = await asyncio.wait([getter], timeout=HEARTBEAT_S)
+    if getter in finished:
+        return getter.result()
+    getter.cancel()  # a get cancelled before it took an item takes nothing
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# 10 · Backpressure and a stall deadline
+
+
+def give_up_on(body: asyncio.Task[Any] | None) -> None:
+    """The stall deadline passed: end the body's task as a client that left would."""
+    if body is not None and not body.done():
+        body.cancel()
+
+
+def make_queue() -> asyncio.Queue[Item]:
+    """The queue between the reader task and the body (``relay`` makes it in the body's task).
+    Bounded: a slow client holds the reader back, so it cannot grow our memory. A client that
+    has taken nothing for ``STALL_DEADLINE_S`` while an event waited for it is given up on: the
+    upstream is closed, the client's connection ends, and the usage is logged once, as
+    ``cancelled``. A client that reads, however slowly, and an upstream that is silent are not
+    stalls."""
+    queue: asyncio.Queue[Item] = asyncio.Queue(maxsize=QUEUE_EVENTS)
+    body = asyncio.current_task()
+    plain_put = queue.put
+
+    async def put_with_deadline(item: Item) -> None:
+        if not queue.full():
+            queue.put_nowait(item)
+            return
+        # Full: the body took nothing since. A timer ends it unless there is room in time.
+        timer = asyncio.get_running_loop().call_later(STALL_DEADLINE_S, give_up_on, body)
+        try:
+            await plain_put(item)
+        finally:
+            timer.cancel()
+
+    queue.put = put_with_deadline  # type: ignore[method-assign]
+    return queue
+
+
+# ---------------------------------------------------------------------------------------------
+# 15 · Resumable streams: a drop is not a Stop
+
+
+async def copy_into(
+    log: ReplayLog, stream_id: str, pieces: AsyncGenerator[bytes, None], numbered: list[int]
+) -> None:
+    """Append each event of ``pieces`` to the log, numbering them in ``numbered[0]``."""
+    async with aclosing(pieces):
+        async for piece in pieces:
+            if not piece.startswith(b":"):
+                numbered[0] += 1
+                await log.append(stream_id, numbered[0], piece)
+
+
+def with_id(seq: int, event: bytes) -> bytes:
+    return f"id: {seq}\n".encode() + event
+
+
+def log_unavailable(exc: LogFailed) -> JSONResponse:
+    return JSONResponse(status_code=503, content=error_body(str(exc), "service_unavailable"))
+
+
+def cursor_of(request: Request) -> str:
+    header = request.headers.get("last-event-id")
+    if header is not None:
+        return header
+    return request.query_params.get("after", "0")
+
+
+def asks_to_resume(scope: Scope) -> bool:
+    """Whether a request asked for a resumable stream: a POST with ``X-Resumable: true``
+    (``StreamingResponse.__call__`` asks). Until this section is written, none does."""
+    return scope["method"] == "POST" and (_header(scope, RESUMABLE_HEADER) or "").lower() == "true"
+
+
+async def produce(log: ReplayLog, stream_id: str, pieces: AsyncGenerator[bytes, None]) -> None:
+    """Run one resumable answer, apart from any client's connection: append each piece of
+    ``pieces`` (``relay``'s body) to the log as event 1, 2, 3, ... (not comments or heartbeats:
+    every follower sends its own), and the end (``None``) last, however the answer ends. Stop it
+    at once when somebody asks the log to stop it, and when nobody has read it for the grace
+    period (``log.watched``, asked every ``WATCH_S``). Stopping closes ``pieces``: ``relay``
+    then closes the upstream and logs the usage, once, as ``cancelled``."""
+    numbered = [0]
+    halt = asyncio.Event()
+    copier = asyncio.create_task(copy_into(log, stream_id, pieces, numbered))
+    stopper = asyncio.create_task(log.stopped(stream_id))
+    copier.add_done_callback(lambda _: halt.set())
+    stopper.add_done_callback(lambda _: halt.set())
+    try:
+        while not halt.is_set():
+            with suppress(TimeoutError):
+                await asyncio.wait_for(halt.wait(), WATCH_S)
+            if not halt.is_set() and not await log.watched(stream_id):
+                break
+    except LogFailed:
+        pass
+    finally:
+        for task in (copier, stopper):
+            task.cancel()
+        await asyncio.gather(copier, stopper, return_exceptions=True)
+        await pieces.aclose()
+        with suppress(LogFailed, NotKept):
+            await log.append(stream_id, numbered[0] + 1, None)
+
+
+async def follow(log: ReplayLog, stream_id: str, after: int) -> AsyncIterator[bytes]:
+    """One client's view of a resumable answer: every logged event after ``after``, each with
+    its sequence number as its ``id:``, then the live ones as they come, until the end. A
+    heartbeat when nothing came for ``HEARTBEAT_S``; an error event, then the end, when the log
+    no longer has what was asked for or cannot be reached."""
+    position = after
+    finished = False
+    while not finished:
+        try:
+            batch = await log.read(stream_id, position, HEARTBEAT_S)
+        except (NotKept, LogFailed) as exc:
+            yield error_event(str(exc))
+            break
+        if batch == []:
+            yield HEARTBEAT
+            continue
+        for seq, event in batch:
+            if event is None:
+                finished = True
+                break
+            position = seq
+            yield with_id(seq, event)
+
+
+@app.get(STREAMS_PATH + "/{stream_id}")
+async def resume_stream(request: Request, stream_id: str) -> Response:
+    """A client back for a resumable answer: the events after its cursor (the ``Last-Event-ID``
+    header, or ``?after=N``), then the live ones. 404 for an answer the log does not have (or
+    a cursor it no longer keeps), 400 for a cursor that is not a number, 503 without the log."""
+    cursor = cursor_of(request).strip()
+    if not cursor.isdecimal():
+        return bad_request("Last-Event-ID (or ?after=) must be a whole number, got " + cursor)
+    replay = request.app.state.replay_log
+    try:
+        await replay.read(stream_id, int(cursor), 0)
+    except LogFailed as exc:
+        return log_unavailable(exc)
+    except NotKept as exc:
+        return JSONResponse(status_code=404, content=error_body(str(exc), "not_found_error"))
+    headers = dict(SSE_HEADERS)
+    headers["X-Stream-Id"] = stream_id
+    return StreamingResponse(
+        content=follow(replay, stream_id, int(cursor)),
+        headers=headers,
+        media_type="text/event-stream",
+    )
+
+
+@app.post(STREAMS_PATH + "/{stream_id}/cancel")
+async def stop_stream(request: Request, stream_id: str) -> Response:
+    """Stop: the answer's upstream is cancelled at once, whichever replica runs it. 404 for an
+    answer the log does not have, 503 without the log."""
+    try:
+        stopped = await request.app.state.replay_log.stop(stream_id)
+    except LogFailed as exc:
+        return log_unavailable(exc)
+    if stopped:
+        return JSONResponse(content={"id": stream_id, "object": "stream", "status": "cancelled"})
+    message = f"stream {stream_id} is not known here (never was, or it ended long ago)"
+    return JSONResponse(status_code=404, content=error_body(message, "not_found_error"))
