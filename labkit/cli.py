@@ -525,7 +525,7 @@ def _print_class(written: ClassResults, threshold: float) -> None:
         flagged = sum(bool(row.flag) for row in similar.values())
         print(
             f"Similarity: {flagged} of {len(reports)} flagged above {threshold:.2f} in "
-            f"{out / 'similarity.md'} (shown to you, not scored)"
+            f"{out / 'similarity.md'}, with the lines that matched (shown to you, not scored)"
         )
 
 

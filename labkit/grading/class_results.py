@@ -7,7 +7,8 @@
     OUT/feedback/NAME.md    what each learner gets back; OUT/feedback/summary.png the class
     OUT/reports/NAME.json   the full report, evidence included
     OUT/sources/NAME.py     the graded file, so a merge can compare submissions for similarity
-    OUT/similarity.md       near-copies, for the instructor (not scored)
+    OUT/similarity.md       near-copies and the lines that matched, for the instructor
+                            (not scored)
     OUT/roster.json         which submissions this run graded, in the roster's order
 
 With ``--shard K/N`` a run grades the K-th of N disjoint slices of the roster (submissions in
@@ -34,7 +35,12 @@ from labkit.errors import MergeError
 from labkit.grading.report import SubmissionReport, csv_fields, csv_row, feedback_markdown
 from labkit.grading.roster import Submission
 from labkit.grading.rubric import Rubric
-from labkit.grading.similarity import SimilarityRow, compare_roster, similarity_markdown
+from labkit.grading.similarity import (
+    DEFAULT_THRESHOLD,
+    SimilarityRow,
+    compare_roster,
+    similarity_markdown,
+)
 
 __all__ = [
     "MANIFEST",
@@ -106,11 +112,12 @@ def write_results(
     total: int,
     shard: Shard | None = None,
     reference: tuple[Path, str] | None = None,
-    threshold: float = 0.5,
+    threshold: float = DEFAULT_THRESHOLD,
 ) -> ClassResults:
     """Write a run's folder (see the module docstring). ``order`` places each learner in the
     whole roster of ``total``; ``reference`` (path, text) turns on similarity, measured over
-    ``sources``."""
+    ``sources``: ``similarity.md`` shows each near-copy's matched lines beside the lines they
+    match (``SimilarityRow.matched``)."""
     feedback_dir, json_dir, source_dir = out / "feedback", out / "reports", out / "sources"
     for folder in (feedback_dir, json_dir, source_dir):
         folder.mkdir(parents=True, exist_ok=True)
@@ -213,7 +220,8 @@ def merge(
         raise MergeError(f"the shards graded {len(order)} submissions of a roster of {total}.")
     if any(out.resolve() == folder.resolve() for folder in folders):
         raise MergeError(f"--out {out} is one of the shard folders: merge into a new folder.")
-    chosen = float(manifests[0][1].get("threshold", 0.5)) if threshold is None else threshold
+    recorded = manifests[0][1].get("threshold", DEFAULT_THRESHOLD)
+    chosen = float(recorded) if threshold is None else threshold
     return write_results(
         out, reports, sources, order=order, total=total, reference=reference, threshold=chosen
     )

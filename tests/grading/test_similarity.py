@@ -1,6 +1,8 @@
 """Near-copies: renamed and reordered copies of the reference score high, independently written
-proxies (other designs, and honest fill-ins of the same scaffold) score low, the scaffold alone
-scores nothing, and ``labkit grade-class`` writes the columns and the instructor's page."""
+proxies (other designs, honest fill-ins of the same scaffold, and the three whole honest
+solutions of ``honest/``, written for the calibration) score low, the scaffold alone scores
+nothing, a flagged pair comes with the lines that matched, and ``labkit grade-class`` writes the
+columns and the instructor's page."""
 
 from __future__ import annotations
 
@@ -21,9 +23,12 @@ from labkit.grading.similarity import (
     SimilarityRow,
     compare_roster,
     fingerprints,
+    matched_spans,
     normalised_tokens,
+    own_fingerprints,
     scaffold_of,
     similarity,
+    similarity_markdown,
 )
 from labkit.regions import BEGIN, END, STUB_MARK, regions
 
@@ -845,8 +850,29 @@ def samples() -> dict[str, str]:
 
 def to_reference(source: str) -> float:
     reference = reference_source()
-    base = fingerprints(scaffold_of(reference))
-    return similarity(fingerprints(source) - base, fingerprints(reference) - base)
+    scaffold = scaffold_of(reference)
+    return similarity(own_fingerprints(source, scaffold), own_fingerprints(reference, scaffold))
+
+
+# Three whole proxies written for the threshold's calibration from the learner bundle and the
+# notebooks alone, each in its own style (each file's header says how; 100/100 by labkit grade).
+HONEST_DIR = Path(__file__).parent / "honest"
+HONEST = sorted(p.stem for p in HONEST_DIR.glob("*.py"))
+
+
+def honest_source(name: str) -> str:
+    return (HONEST_DIR / f"{name}.py").read_text(encoding="utf-8")
+
+
+def bodies_of(source: str, functions: set[str]) -> dict[str, str]:
+    """The bodies of ``functions`` in ``source``, docstrings left out, indented as written."""
+    lines = source.split("\n")
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in functions:
+            body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+            found[node.name] = "\n".join(lines[body[0].lineno - 1 : node.end_lineno])
+    return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -901,7 +927,7 @@ def test_a_learner_who_copied_half_of_their_parts_is_still_flagged() -> None:
     half = fill_regions(reference, {f: parts[f] if f in copied else HONEST_PARTS[f] for f in parts})
     row = compare_roster({"ana": half}, reference=reference)["ana"]
     assert row.to_reference is not None
-    assert 0.5 < row.to_reference.score < 0.7
+    assert DEFAULT_THRESHOLD < row.to_reference.score < 0.7
     assert row.flag == "near-copy"
 
 
@@ -932,6 +958,57 @@ def test_two_honest_learners_on_the_same_scaffold_are_not_flagged() -> None:
     assert rows["ana"].to_closest is not None
     assert rows["ana"].to_closest.score < DEFAULT_THRESHOLD
     assert (rows["ana"].flag, rows["ben"].flag) == ("", "")
+
+
+@pytest.mark.parametrize("name", HONEST)
+def test_each_honest_solution_scores_below_the_threshold_against_the_reference(name: str) -> None:
+    source = honest_source(name)
+    compile(source, f"{name}.py", "exec")
+    assert "# YOUR CODE HERE:" not in source  # every part written: a whole hand-in
+    row = compare_roster({name: source}, reference=reference_source())[name]
+    assert row.to_reference is not None
+    assert row.to_reference.score < DEFAULT_THRESHOLD - 0.15
+    assert (row.flag, row.matched) == ("", ())
+
+
+def test_the_honest_solutions_and_fill_ins_are_no_near_copies_of_each_other() -> None:
+    reference = reference_source()
+    roster = {name: honest_source(name) for name in HONEST}
+    roster["fill-in"] = fill_regions(reference, HONEST_PARTS)
+    roster["terse"] = fill_regions(reference, HONEST_TERSE_PARTS)
+    rows = compare_roster(roster, reference=reference)
+    assert len(HONEST) == 3
+    for row in rows.values():
+        assert row.to_closest is not None and row.to_closest.score < DEFAULT_THRESHOLD - 0.15
+        assert row.flag == ""
+
+
+@pytest.mark.parametrize("name", HONEST)
+def test_a_renamed_copy_of_an_honest_solution_is_flagged_as_the_copy_it_is(name: str) -> None:
+    honest = honest_source(name)
+    rows = compare_roster(
+        {"ana": honest, "ben": renamed_and_reordered(honest)}, reference=reference_source()
+    )
+    assert rows["ben"].to_closest is not None and rows["ben"].to_closest.score > 0.9
+    assert rows["ben"].near_copy is not None and rows["ben"].near_copy[0] == "learner"
+
+
+def test_an_honest_hand_in_of_two_notebooks_is_not_flagged_for_its_given_signatures() -> None:
+    """Bug (issue 45): an honest learner's proxy, written from the notebooks alone, was flagged
+    as a near-copy of the reference. Notebooks 03 and 07 of ``tasks_and_classes``, alone,
+    scored 0.80 on 24 shared fingerprints: the file was fingerprinted whole, so k-grams across
+    a given signature and the first or last line of a part (which everybody starts alike)
+    counted as the learner's. Fix: only the learner's own lines are fingerprinted; they share
+    8, too few to flag."""
+    reference = reference_source()
+    parts = bodies_of(
+        honest_source("tasks_and_classes"), {"sse_events", "upstream_timeout", "next_item"}
+    )
+    hand_in = write_parts(scaffold_of(reference), parts)
+    assert hand_in.count("# YOUR CODE HERE:") == 16
+    row = compare_roster({"ana": hand_in}, reference=reference)["ana"]
+    assert row.to_reference is not None and row.to_reference.shared < MIN_SHARED
+    assert row.flag == ""
 
 
 def test_the_scaffold_alone_scores_nothing_once_the_scaffold_is_subtracted() -> None:
@@ -994,6 +1071,43 @@ def test_a_copy_between_two_learners_names_the_other_learner() -> None:
     assert (rows["ana"].closest, rows["ben"].closest) == ("ben", "ana")
     assert rows["ana"].near_copy is not None and rows["ana"].near_copy[0] == "learner"
     assert rows["cy"].flag == ""
+
+
+def test_matched_spans_pair_each_copied_line_with_the_line_it_copies() -> None:
+    reference = reference_source()
+    copy = renamed_and_reordered(reference)
+    spans = matched_spans(copy, reference, base=scaffold_of(reference))
+    assert spans and all(span.shared > 0 for span in spans)
+    assert [span.lines for span in spans] == sorted(span.lines for span in spans)
+    lines, copy_lines = reference.split("\n"), copy.split("\n")
+    for span in spans:
+        assert span.text == "\n".join(copy_lines[span.lines[0] - 1 : span.lines[1]])
+        assert span.other_text == "\n".join(lines[span.other_lines[0] - 1 : span.other_lines[1]])
+    (relay,) = [s for s in spans if "reader = asyncio.create_task(read_events(" in s.other_text]
+    assert "my_reader_2 = asyncio.create_task(my_read_events_2(" in relay.text
+    assert sum(span.shared for span in spans) == len(
+        own_fingerprints(copy, scaffold_of(reference))
+        & own_fingerprints(reference, scaffold_of(reference))
+    )
+
+
+def test_the_instructor_page_shows_a_flagged_pairs_matched_lines_next_to_each_other() -> None:
+    reference = reference_source()
+    honest = honest_source("minimal")
+    rows = compare_roster(
+        {"ana": honest, "ben": renamed_and_reordered(honest), "cy": RAW_ASGI_PROXY},
+        reference=reference,
+    )
+    assert rows["ben"].matched and rows["cy"].matched == ()
+    page = similarity_markdown(rows, reference="solutions/proxy.py")
+    evidence = page.split("## The lines that matched\n", 1)[1]
+    assert "### ben: near-copy of ana (" in evidence and "### cy" not in evidence
+    span = next(s for s in rows["ben"].matched if "put_unless_stalled" in s.other_text)
+    first, last = span.lines
+    assert f"**ben, lines {first}-{last}** matches **ana, lines " in evidence
+    ana_line = next(line for line in span.other_text.split("\n") if "put_unless_stalled" in line)
+    number = span.other_lines[0] + span.other_text.split("\n").index(ana_line)
+    assert f"{number}  {ana_line}" in evidence  # numbered as in ana's file
 
 
 def test_a_reference_without_solution_regions_has_no_scaffold() -> None:
@@ -1068,6 +1182,8 @@ def test_the_roster_writes_similarity_columns_and_an_instructor_page(
     page = (out / "similarity.md").read_text()
     assert "Flagged above 0.60" in page
     assert "| cy |" in page
+    assert "### ana: near-copy of " in page and "### cy" not in page
+    assert page.count("reader = asyncio.create_task(read_events(upstream, queue))") >= 1
     assert "## Similarity" in (out / "feedback" / "ben.md").read_text()
     assert "## Similarity" not in (out / "feedback" / "cy.md").read_text()
     lines = capsys.readouterr().out.splitlines()
