@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "10_backpressure_and_slow_clients.ipynb"
 REFERENCE = (ROOT / "solutions" / "proxy.py").read_text(encoding="utf-8")
 QUEUE_AT = REFERENCE.index("def make_queue()")
+#: Where make_queue ends: the next section (notebook 15's parts come after it).
+QUEUE_END = REFERENCE.index("\n\n\n# ----", QUEUE_AT)
 
 #: The notebook cells the check needs, found by what they define.
 DEFINES = ("def chat(", "def open_request(", "def stall_cases(", "def judge_stall(")
@@ -132,7 +134,12 @@ def test_the_stall_check_judges_the_design(
     code, complaint = DESIGNS[design]
     check = notebook_check(mock, books, tmp_path)
     path = tmp_path / "proxy.py"
-    path.write_text(REFERENCE if code is None else REFERENCE[:QUEUE_AT] + code, encoding="utf-8")
+    path.write_text(
+        REFERENCE
+        if code is None
+        else REFERENCE[:QUEUE_AT] + code.rstrip("\n") + REFERENCE[QUEUE_END:],
+        encoding="utf-8",
+    )
     log = tmp_path / "usage.jsonl"
     with check["start_proxy"](path, "stall-design", STALL_DEADLINE_S=0.5, USAGE_LOG=log) as proxy:
         seen = check["stall_cases"](proxy, log, 905)
