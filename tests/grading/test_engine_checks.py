@@ -59,15 +59,17 @@ def test_a_connection_closed_by_the_client_is_seen_at_once() -> None:
     watched = sockets.open_ends()
     assert len(watched) == 1
 
-    async def close_then_watch() -> float | None:
+    async def close_then_watch() -> float:
         closed = time.time()
         client.close()
-        at = await sockets.closed_by_peer(watched, 1.0)
-        assert at is not None
+        at = await sockets.closed_by_peer(watched, 10.0)
+        assert at is not None, "the client's close was not seen in 10 s"
         return at - closed
 
+    # Seen within a poll or two (about 0.01 s), or not within 10 s: a bound of 1 s keeps the
+    # two 10x apart, where 0.2 s failed once at 0.28 s on a loaded machine (polls read /proc).
     try:
-        assert (asyncio.run(close_then_watch()) or 1.0) < 0.2
+        assert asyncio.run(close_then_watch()) < 1.0
     finally:
         accepted.close()
         server.close()
