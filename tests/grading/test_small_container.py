@@ -38,8 +38,8 @@ from labkit.grading.rubric import Rubric, RubricError
 CPU = 0.5
 MEMORY_MB = 768
 # The reference, and broken proxies whose failing checks measure time or flow: each timed check
-# (backpressure, concurrency, both keepalives, trickle, the cancels of every window) is failed by
-# one of them.
+# (backpressure, concurrency, both keepalives, trickle, the cancels of every window, and notebook
+# 15's resumes, Stop and grace period) is failed by one of them.
 CHOSEN = ["reference", "blocking_client", "buffering", "no_cancel"]
 TIMED = {
     "backpressure",
@@ -51,6 +51,11 @@ TIMED = {
     "cancel_before_first_token",
     "cancel_queued",
     "cancel_whole_answer",
+    "resume",
+    "resume_twice",
+    "resume_stop",
+    "resume_grace",
+    "replay_bound",
 }
 JOBS = 4  # four cgroups of half a CPU each fill the machine's two, as containers fill a host
 
