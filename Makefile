@@ -111,15 +111,16 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # Two passes (tests/workers.py): the light tests on four workers, then the heavy ones alone.
-# A pass whose tests fail (pytest's exit code 1) runs those tests once more, in one process; the
-# pass fails if any fails again. Any other exit code (interrupted, no tests) fails at once.
-# $(call pass,MARKERS,OPTIONS): one pass, and its failed tests once more.
-AGAIN_NOTE := unit: running the tests that failed above once more, alone (tests/workers.py)
-pass = $(BIN)/pytest tests -m "$(1)" $(2) || { [ $$? -eq 1 ] && echo "$(AGAIN_NOTE)" && \
-  $(BIN)/pytest tests -m "$(1)" --last-failed --last-failed-no-failures none; }
+# Each test runs once: a failure fails `make test` (no second chance hides a flaky test). The
+# heavy pass runs after a light pass with failures, so that one run shows every failure; an
+# interrupted light pass (any exit code but 0 and 1) stops at once.
 unit: $(STAMP)
-	$(call pass,not heavy,-n 4 --dist loadfile --no-loadscope-reorder --durations=20)
-	$(call pass,heavy,--durations=20)
+	@status=0; \
+	$(BIN)/pytest tests -m "not heavy" -n 4 --dist loadfile --no-loadscope-reorder --durations=20 \
+	  || status=$$?; \
+	[ $$status -le 1 ] || exit $$status; \
+	$(BIN)/pytest tests -m heavy --durations=20 || status=$$?; \
+	exit $$status
 
 # The notebooks on three workers, each notebook whole on one of them (--dist loadfile: its cells
 # in order on one kernel). They mostly wait on the streams they pace, so three at once each take

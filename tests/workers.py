@@ -19,12 +19,10 @@ The modules that hold a ``slow`` test are dealt out first (``slow_modules_first`
 default it orders the modules by how many tests they hold, which left the minute-long modules of
 one or two tests to the end, one worker busy with them while the others idled.
 
-A test that fails in either pass runs once more, alone (``--last-failed`` in one process), and
-the pass fails only if it fails again (the Makefile's ``unit``; tests/test_make_unit.py). The
-timed checks are built so that right and wrong differ tenfold, but on a slow day of this
-two-core machine two other workers have still made the reference miss one (a probe answered in
-4 s, a heartbeat late behind a paused loop); the first pass's summary names every test run
-again. A wrong verdict fails both times.
+Each test runs once. A failure in either pass fails ``make test``: there is no second run that
+would hide a test which fails by chance (a flaky test in a grader is a learner graded by
+chance). The heavy pass still runs after a light pass with failures, so one run lists them all
+(the Makefile's ``unit``; tests/test_make_unit.py).
 """
 
 from __future__ import annotations
