@@ -1,8 +1,9 @@
 """A notebook's own check cell: one verdict line per property, and the parts not written yet.
 
-Notebooks 08 to 13 judge the build-its a learner writes in the notebook itself (an adapter, a
-scanner, a release policy, an nginx location), beside the grader's checks of ``proxy.py``. This
-is their harness, made once per notebook::
+Notebooks judge the build-its a learner writes in the notebook itself (an adapter, a scanner, a
+release policy, an nginx location, and a ``%%proxy_part`` cell's function such as notebook 05's
+``pass_on``), beside the grader's checks of ``proxy.py``. This is their harness, made once per
+notebook::
 
     from labkit import NotebookChecks
 
@@ -22,7 +23,11 @@ saw, or the exception it met, by type and message); or, when a part is missing,
 ``FAIL name: not written yet: a, b (notebook NN_x)``. A part is missing when one of ``needs`` (a
 function, a class, a ``proxy.py`` path, a value from :meth:`attempt`) still holds its learner
 stub, or when the exception, what the judge saw or the logs of ``servers`` say "Write this part
-yourself: ...". ``needs(*parts)`` is the same test for an experiment cell: ``True``, or one
+yourself: ...". A function or class also holds its stub while it runs a stand-in (a
+``%%proxy_part`` cell's naive version, :mod:`labkit.regions`): its source still says ``# YOUR
+CODE HERE: name, notebook NN_x``, so a check of ``pass_on`` says "not written yet" rather than
+judging the stand-in. A path does not: ``proxy.py`` runs the stand-ins of later notebooks while
+the learner works on earlier ones. ``needs(*parts)`` is the same test for an experiment cell: ``True``, or one
 ``skipped: ...`` line and ``False``, so that the cells after a missing part say so in one line
 instead of raising ``NameError`` after ``NameError``.
 
@@ -46,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from labkit.regions import unwritten
 from labkit.settings import NOTEBOOK_VERDICTS
 
 __all__ = ["VERDICTS_ENV", "Missing", "NotebookChecks", "Verdict", "missing_parts"]
@@ -82,7 +88,11 @@ def _in_text(text: str) -> list[Missing]:
 
 
 def _in_source(source: str, qualified: Callable[[str], str]) -> list[Missing]:
-    return [Missing(qualified(m[1]), m[2]) for m in _STUB_MESSAGE.finditer(source)]
+    """The stubs in a function's (or class's) source, each once: the raising stub's message,
+    or the mark above a stub or a stand-in (``# YOUR CODE HERE: name, notebook NN_x``)."""
+    marks = [(m[1], m[2]) for m in _STUB_MESSAGE.finditer(source)]
+    marks += [(stub.function, stub.notebook) for stub in unwritten(source)]
+    return [Missing(qualified(part), notebook) for part, notebook in dict.fromkeys(marks)]
 
 
 def _method_namer(cls: type) -> Callable[[str], str]:

@@ -186,6 +186,24 @@ def test_a_proxy_file_with_a_stub_is_missing_its_part(tmp_path: Path) -> None:
     assert missing_parts(proxy, tmp_path / "absent.py") == []
 
 
+def test_a_function_running_its_stand_in_is_missing_but_a_file_of_stand_ins_is_not(
+    tmp_path: Path, learner: ModuleType
+) -> None:
+    """A ``%%proxy_part`` function stubbed with a stand-in runs, but is not written: a check of
+    it says so instead of judging the stand-in. ``proxy.py`` itself runs later notebooks'
+    stand-ins while the learner is on earlier ones, so a path with stand-ins is not missing."""
+    source = (
+        "def pass_on(event):\n    ### BEGIN SOLUTION\n    ### STAND-IN: return event\n"
+        "    return event.upper()\n    ### END SOLUTION\n"
+    )
+    stubbed, _ = strip_solutions(source, kind="code", notebook="05_usage_capture", importable=True)
+    module = load(tmp_path, "stand_in_parts", stubbed)
+    assert module.pass_on("a") == "a"
+    assert missing_parts(module.pass_on) == [Missing("pass_on", "05_usage_capture")]
+    assert missing_parts(tmp_path / "stand_in_parts.py") == []
+    assert missing_parts(learner.to_openai) == [Missing("to_openai", "08_x")]  # once, not twice
+
+
 def test_needs_is_silent_when_all_is_written(
     checks: NotebookChecks, shown: list[str], written: ModuleType
 ) -> None:
