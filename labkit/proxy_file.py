@@ -2,8 +2,9 @@
 
 The deliverable grows notebook by notebook. Each "build it" cell starts with the cell magic
 ``%%proxy_part`` and holds whole top-level functions; running it replaces the functions of the
-same names in ``proxy.py`` (decorators included) and leaves everything else alone. Load the
-magic once per notebook with ``%load_ext labkit``.
+same names in ``proxy.py`` (decorators included) and leaves everything else alone, then gives
+the notebook those functions as ``proxy.py`` now has them (imported afresh), for the notebook's
+own check of them. Load the magic once per notebook with ``%load_ext labkit``.
 
 A part cell may also hold what its functions need beside them: helper functions that
 ``proxy.py`` does not have yet, settings (``NAME = value``) and imports. They are written in a
@@ -393,7 +394,7 @@ def load_proxy(path: str | os.PathLike[str] | None = None) -> ModuleType:
     return module
 
 
-def _proxy_part(line: str, cell: str) -> None:
+def _proxy_part(ipython: Any, line: str, cell: str) -> None:
     from IPython.core.error import UsageError  # shown as one line, without a traceback
 
     path = line.strip() or None
@@ -404,11 +405,26 @@ def _proxy_part(line: str, cell: str) -> None:
         raise UsageError(str(exc)) from None
     beside = f"; beside it: {', '.join(extras)}" if extras else ""
     print(f"{target.name}: wrote {', '.join(parts)}{beside}")  # the magic's only output
+    try:
+        module = load_proxy(target)
+    except Exception as exc:  # the file does not import: the functions stay where they were
+        raise UsageError(
+            f"{target.name} does not import now ({type(exc).__name__}: {exc}), so this notebook "
+            f"cannot use {', '.join(parts)} yet. Fix that, then run this cell again."
+        ) from None
+    ipython.user_ns.update({name: getattr(module, name) for name in parts})
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext labkit``: registers the ``%%proxy_part [path]`` cell magic."""
-    ipython.register_magic_function(_proxy_part, magic_kind="cell", magic_name=PART_MAGIC_NAME)
+    """``%load_ext labkit``: registers the ``%%proxy_part [path]`` cell magic. Running a part
+    cell writes its functions into ``proxy.py`` (``write_part``) and gives the notebook those
+    functions as the file now has them (a fresh ``load_proxy``, so they see its settings and
+    given helpers), so that a check cell can call ``pass_on`` as it calls any part."""
+
+    def proxy_part(line: str, cell: str) -> None:
+        _proxy_part(ipython, line, cell)
+
+    ipython.register_magic_function(proxy_part, magic_kind="cell", magic_name=PART_MAGIC_NAME)
 
 
 def check_proxy(

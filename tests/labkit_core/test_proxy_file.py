@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from labkit.proxy_file import ProxyFileError, find_proxy, load_proxy, write_part
+from labkit.proxy_file import (
+    ProxyFileError,
+    find_proxy,
+    load_ipython_extension,
+    load_proxy,
+    write_part,
+)
 from labkit.regions import SolutionRegionError, Unwritten, strip_solutions, unwritten
 
 PROXY = '''\
@@ -196,6 +202,28 @@ def test_load_proxy_sees_an_edited_file(proxy: Path) -> None:
     assert load_proxy(proxy).second() == 2
     write_part("def second():\n    return 7\n", proxy)
     assert load_proxy(proxy).second() == 7
+
+
+def test_the_magic_gives_the_notebook_the_part_as_the_file_has_it(
+    proxy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A check cell calls a ``%%proxy_part`` function by its name, as it calls any part, and
+    the function sees the file's settings (``LIMIT``), not the notebook's."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    load_ipython_extension(shell)
+    shell.user_ns["LIMIT"] = 1000  # the notebook's own LIMIT is not the file's
+    ran = shell.run_cell(f"%%proxy_part {proxy}\ndef second():\n    return LIMIT * 7\n")
+    assert ran.success
+    assert shell.user_ns["second"]() == 21
+    assert capsys.readouterr().out == "proxy.py: wrote second\n"
+    broken = shell.run_cell(f"%%proxy_part {proxy}\nWHAT = NOWHERE\n\n\ndef second():\n    pass\n")
+    assert not broken.success
+    assert "proxy.py does not import now (NameError: name 'NOWHERE' is not defined)" in str(
+        broken.error_in_exec
+    )
+    assert shell.user_ns["second"]() == 21  # the last function that imported stays
 
 
 def test_find_proxy_prefers_the_bundle_then_the_solutions_folder(
