@@ -13,9 +13,11 @@ when the machine allows, a stripped environment, inside the grading worker's own
 namespace); when a class is graded at once, it is forked instead from the class's pre-imported
 zygote and confines itself the same way, in a network namespace of its own
 (``labkit.grading.zygote``, ``labkit.grading.confine``). Its folder is a private copy holding only
-the learner's ``proxy.py`` (notebooks 11 to 13 serve it) and an empty ``notebooks/`` to run in; the
-cells themselves come in a plan file, so nothing else of the learner's, the instructor's or a
-classmate's is in reach. Each notebook has ``NOTEBOOK_BUDGET_S`` (stretched on a slow machine like
+the learner's ``proxy.py`` (notebooks 11 to 13 serve it) and a ``notebooks/`` to run in, empty but
+for each notebook's private ``proxy.py`` as handed out (``NotebookRun.files``: what notebooks 05
+and 07's ``%%proxy_part`` cells write into, written afresh for each run); the cells themselves
+come in a plan file, so nothing else of the learner's, the instructor's or a classmate's is in
+reach. Each notebook has ``NOTEBOOK_BUDGET_S`` (stretched on a slow machine like
 every other budget): a notebook that overruns is stopped (the whole process), its parts fail saying
 so, and the process starts again for the notebooks still to run. When the process ends, whatever it
 left running dies with its PID namespace and cgroup, as a proxy's does.
@@ -130,12 +132,11 @@ def course_modules(folder: Path) -> list[str]:
     return warm_modules(cells)
 
 
-def notebook_time_limit_s(folder: Path | None = None, budget: Budget | None = None) -> float:
+def notebook_time_limit_s(folder: Path | None, budget: Budget) -> float:
     """The longest the notebook parts of one learner may take, on the grading's machine
-    (``budget``; default: this one's, ``Budget.here()``)."""
+    (``budget``, the caller's; ``folder`` None: ``course_dir()``)."""
     folder = folder or course_dir()
-    machine = Budget.given_or_here(budget)
-    return machine.stretch(START_BUDGET_S + NOTEBOOK_BUDGET_S * len(graded_stems(folder)))
+    return budget.stretch(START_BUDGET_S + NOTEBOOK_BUDGET_S * len(graded_stems(folder)))
 
 
 def _hint(part: Part, what: str) -> str:
@@ -333,6 +334,9 @@ def _run_once(
     for old in work.glob("events-*"):
         old.unlink()
     cwd = work / "learner" / "notebooks"
+    for run in runs:  # a notebook's private proxy.py as handed out, afresh for each round
+        for name, text in run.files:
+            (cwd / name).write_text(text, encoding="utf-8")
     isolation.prepare([path for path in work.rglob("*")] + [work])
     confinement = Confinement.create(isolation, NOTEBOOK_LIMITS)
     env = clean_env(cwd, {"MPLBACKEND": "Agg", "IPYTHONDIR": str(work / ".ipython")})
@@ -396,7 +400,8 @@ def grade_notebook_parts(
     """One result per part of ``course``, for the learner notebooks in the folder
     ``notebooks`` (``None``: they handed in ``proxy.py`` alone), with their ``proxy.py``.
     ``budget_s`` is each notebook's time at one CPU (default NOTEBOOK_BUDGET_S), stretched for
-    ``budget``, the grading's machine (default: this one's, ``Budget.here()``)."""
+    ``budget``, the grading's machine. A top-level entry point: given none, it reads this
+    machine once here (``Budget.here()``)."""
     if notebooks is None:
         return not_graded(course, f"not handed in: only proxy.py was; {UPLOAD_HINT}", UPLOAD_HINT)
     results: dict[str, CheckResult] = {}
@@ -422,7 +427,7 @@ def grade_notebook_parts(
                     f"open {path.name} in JupyterLab, save it, then hand in notebooks/ again.",
                 )
     if runs:
-        machine = Budget.given_or_here(budget)
+        machine = Budget.here() if budget is None else budget  # the top level, given none
         results.update(_run_all(runs, course, proxy, budget_s, machine, zygote))
     return [results[part.id] for nb in course for part in nb.parts]
 
@@ -483,7 +488,7 @@ def notebook_rows(
     course: Path,
     notebooks: Path | None,
     proxy: Path,
-    budget: Budget | None = None,
+    budget: Budget,
     zygote: str | None = None,
 ) -> list[CheckResult]:
     """A row for each in-notebook part of the instructor's notebooks in ``course``, graded

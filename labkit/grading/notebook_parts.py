@@ -1,9 +1,10 @@
 """The in-notebook parts a learner writes, graded by the checks their notebooks already run.
 
-Notebooks 01, 03 and 08 to 14 judge what a learner writes in the notebook itself (a timing
-client, a gzip strategy, an adapter, a scanner, a release policy, an nginx location, a prediction
-of the chat page's states) with :class:`labkit.notebook_checks.NotebookChecks`. The
-grader runs those same check cells, headless, on the learner's code only. This module decides
+Notebooks 01, 03, 05, 07 and 08 to 14 judge what a learner writes in the notebook itself (a
+timing client, a gzip strategy, what ``pass_on`` sends, a heartbeat's wait, an adapter, a
+scanner, a release policy, an nginx location, a prediction of the chat page's states) with
+:class:`labkit.notebook_checks.NotebookChecks`. The grader runs those same check cells,
+headless, on the learner's code only. This module decides
 *what* runs; ``labkit.grading.notebook_grader`` runs it in the sandbox and reads the verdicts.
 
 Which cells run, for one notebook, in the notebook's order:
@@ -21,8 +22,15 @@ Which cells run, for one notebook, in the notebook's order:
   instructor's, so a learner cannot edit one to pass (what their code can do to a judge from
   inside the same process is ``labkit.grading.notebook_grader``'s last paragraph).
 
-A ``%%proxy_part`` cell writes part of ``proxy.py`` (notebooks 02 to 07 and 10): it is graded
-with ``proxy.py`` by ``labkit grade``, never run here, and is no part of its own.
+A ``%%proxy_part`` cell writes part of ``proxy.py`` (notebooks 02 to 07, 10 and 15), and
+``labkit grade`` grades it with ``proxy.py``. When a check cell's ``needs`` name its function
+(05's ``pass_on``, 07's ``next_item``), it is a part of its own as well, run as the notebook runs
+it: the learner's cell, its magic line and all, writes its functions into a private copy of
+``proxy.py`` *as handed out* (``proxy_scaffold``: the reference's solution regions stubbed, as
+``labkit student`` stubs them) and gives the run those functions (``labkit.proxy_file``'s
+magic), so they see the file's settings, given helpers and imports, and the check judges them.
+Only that cell is the learner's: a function it calls from another part meets its stub, and the
+learner's ``proxy.py`` plays no part. A ``%%proxy_part`` cell no check names is not run here.
 
 Every other cell (plots, timings, the learner's own experiments) is not run, and of the setup
 cells' top-level statements, a value, an import or a function no cell reads (a capture for a
@@ -52,7 +60,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from labkit.regions import part_cell_body, regions, strip_solutions
+from labkit.errors import GradingError
+from labkit.regions import PART_MAGIC, part_cell_body, regions, strip_solutions
 
 __all__ = [
     "CHECK_TAG",
@@ -69,19 +78,60 @@ __all__ = [
     "learner_run",
     "notebook_cells",
     "part_id",
+    "proxy_scaffold",
     "read_course",
+    "scaffold_file",
     "write_course",
 ]
 
 SETUP_TAG = "graded-setup"
 COURSE_FILE = "course.json"  # a planned course, for a grader packaged without the notebooks
 CHECK_TAG = "graded-check"
+SOLUTION = Path("solutions") / "proxy.py"  # the reference, beside the instructor's notebooks
 Role = Literal["setup", "part", "check"]
+_SECTION = re.compile(r"^# (?P<step>\d\d) · ", re.MULTILINE)
 
 
 def part_id(notebook: str, check: str) -> str:
     """``nb08.adapter``: the row id of check ``check`` of notebook ``08_...``."""
     return f"nb{notebook[:2]}.{check}"
+
+
+def scaffold_file(notebook: str) -> str:
+    """The private ``proxy.py`` a graded run of ``notebook`` writes its proxy parts into."""
+    return f"proxy_{notebook}.py"
+
+
+def proxy_scaffold(notebooks: Path) -> str:
+    """``proxy.py`` as the learner bundle hands it out: the reference beside ``notebooks``
+    (``../solutions/proxy.py``) with each solution region stubbed in the name of the notebook
+    whose ``# NN · ...`` section holds it (importable: a stand-in runs where there is one).
+    Raises ``GradingError`` when there is no reference there."""
+    solution = notebooks.parent / SOLUTION
+    try:
+        source = solution.read_text(encoding="utf-8")
+    except OSError:
+        raise GradingError(
+            f"Expected the reference {solution} beside the notebooks in {notebooks}: a "
+            "notebook's %%proxy_part check runs the learner's cell in proxy.py as handed out, "
+            "made from it. Grade from a checkout of the lab's repository."
+        ) from None
+    stems = {path.stem[:2]: path.stem for path in notebooks.glob("[0-9][0-9]_*.ipynb")}
+    owners: dict[int, str] = {}
+    current = ""
+    for number, line in enumerate(source.split("\n"), start=1):
+        if section := _SECTION.match(line):
+            current = stems.get(section["step"], "")
+        owners[number] = current
+    stubbed, _ = strip_solutions(
+        source, kind="code", owner=lambda region: owners[region.line], importable=True
+    )
+    return stubbed
+
+
+def _proxy_cell(notebook: str, body: str) -> str:
+    """A ``%%proxy_part`` cell of ``body`` that writes into the run's private ``proxy.py``."""
+    return f"{PART_MAGIC} {scaffold_file(notebook)}\n{body}"
 
 
 @dataclass(frozen=True)
@@ -106,6 +156,11 @@ class CourseCell:
     source: str
     owners: tuple[str, ...] = ()  # for a part cell: the top-level defs and classes it writes
 
+    @property
+    def writes_proxy(self) -> bool:
+        """Whether it is a ``%%proxy_part`` cell (a part of ``proxy.py``, checked here too)."""
+        return part_cell_body(self.source) is not None
+
 
 @dataclass(frozen=True)
 class CourseNotebook:
@@ -114,6 +169,7 @@ class CourseNotebook:
     stem: str
     cells: tuple[CourseCell, ...]
     parts: tuple[Part, ...]
+    scaffold: str = ""  # proxy.py as handed out, when a check judges a %%proxy_part cell
 
 
 @dataclass(frozen=True)
@@ -123,6 +179,7 @@ class NotebookRun:
     notebook: str
     cells: tuple[tuple[Role, str], ...]
     taken: tuple[str, ...] = ()  # the learner's definitions found in their notebook
+    files: tuple[tuple[str, str], ...] = ()  # (name, text) to write where it runs, first
 
     def to_json(self) -> dict[str, Any]:
         return {"notebook": self.notebook, "cells": [list(cell) for cell in self.cells]}
@@ -370,8 +427,12 @@ def course_notebook(path: Path) -> CourseNotebook | None:
     no ``graded-check`` cell (nothing of it is graded this way)."""
     cells: list[CourseCell] = []
     for cell in notebook_cells(path.read_bytes(), path.name):
-        if part_cell_body(cell.source) is not None:
-            continue  # a part of proxy.py, graded with proxy.py
+        body = part_cell_body(cell.source)
+        if body is not None:  # a part of proxy.py: planned, kept below if a check names it
+            stubbed, _ = strip_solutions(body, kind="code", notebook=path.stem, importable=True)
+            source = _proxy_cell(path.stem, stubbed)
+            cells.append(CourseCell("part", cell.cell_id, source, _owners(body)))
+            continue
         stubbed, count = strip_solutions(cell.source, kind="code", notebook=path.stem)
         if count:
             cells.append(CourseCell("part", cell.cell_id, stubbed, _owners(cell.source)))
@@ -381,7 +442,11 @@ def course_notebook(path: Path) -> CourseNotebook | None:
             cells.append(CourseCell("setup", cell.cell_id, without_experiments(cell.source)))
     if not any(cell.role == "check" for cell in cells):
         return None
-    return CourseNotebook(path.stem, tuple(cells), _parts(path.stem, cells))
+    parts = _parts(path.stem, cells)
+    judged = {name for part in parts for name in part.judges}
+    cells = [c for c in cells if not c.writes_proxy or set(c.owners) & judged]
+    scaffold = proxy_scaffold(path.parent) if any(c.writes_proxy for c in cells) else ""
+    return CourseNotebook(path.stem, tuple(cells), parts, scaffold)
 
 
 def course_notebooks(folder: Path) -> list[CourseNotebook]:
@@ -401,6 +466,7 @@ def course_json(course: Sequence[CourseNotebook]) -> list[dict[str, Any]]:
             "stem": nb.stem,
             "cells": [[c.role, c.cell_id, c.source, list(c.owners)] for c in nb.cells],
             "parts": [[p.check, list(p.judges)] for p in nb.parts],
+            "scaffold": nb.scaffold,
         }
         for nb in course
     ]
@@ -419,6 +485,7 @@ def read_course(path: Path) -> list[CourseNotebook]:
                     for role, cid, src, o in nb["cells"]
                 ),
                 tuple(Part(str(nb["stem"]), str(check), tuple(j)) for check, j in nb["parts"]),
+                str(nb["scaffold"]),
             )
             for nb in data
         ]
@@ -474,8 +541,13 @@ def learner_run(course: CourseNotebook, learner: Sequence[NotebookCell]) -> Note
         source = cell.source
         if cell.role == "part":
             mine = _learner_cell(learner, cell)
-            if mine is not None:
+            if mine is not None and cell.writes_proxy:
+                body = part_cell_body(mine)
+                source = _proxy_cell(course.stem, mine if body is None else body)
+                taken += cell.owners
+            elif mine is not None:
                 source = without_experiments(mine)
                 taken += cell.owners
         cells.append((cell.role, source))
-    return NotebookRun(course.stem, without_unread(cells), tuple(taken))
+    files = ((scaffold_file(course.stem), course.scaffold),) if course.scaffold else ()
+    return NotebookRun(course.stem, without_unread(cells), tuple(taken), files)
