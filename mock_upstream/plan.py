@@ -34,6 +34,7 @@ from mock_upstream.text import (
     iter_prose_tokens,
     phrase,
     rng_for,
+    separator_tokens,
 )
 from mock_upstream.tokenizer import count_tokens, tokenize
 
@@ -82,7 +83,8 @@ class Prose:
     backpressure check asks for 400,000 tokens: made whole before the first was sent, they
     would hold up its first token by about a second).
 
-    ``count`` tokens of the answer (``filler`` of them blank) are cut into chunks; ``limit``
+    ``count`` tokens of the answer (``filler`` of them blank, then ``separators`` of them
+    ellipses and Unicode line ends) are cut into chunks; ``limit``
     of them are sent (fewer when ``max_tokens`` cuts the answer short). A shorter limit sends a
     prefix of the same chunks, the last one cut: an answer cut by ``max_tokens`` is the start
     of the whole one."""
@@ -94,11 +96,14 @@ class Prose:
     limit: int
     filler: int = 0
     salt: str = ""
+    separators: int = 0
 
     def tokens(self) -> Iterator[str]:
         filler = min(self.filler, max(self.count - 2, 0))
+        separators = min(self.separators, max(self.count - 2 - filler, 0))
         yield from filler_tokens(filler)
-        yield from iter_prose_tokens(self.prompt, self.seed, self.count - filler)
+        yield from separator_tokens(separators)
+        yield from iter_prose_tokens(self.prompt, self.seed, self.count - filler - separators)
 
     def __iter__(self) -> Iterator[Chunk]:
         tokens = self.tokens()
@@ -233,10 +238,20 @@ def _truncate(parts: list[Part], limit: int) -> list[Part]:
     return kept
 
 
-def _text(prompt: Prompt, seed: int, count: int, filler: int, salt: str) -> Prose:
-    """``count`` tokens of text, the first ``filler`` of them empty; at least two are prose (a
-    word and its full stop), so the answer always says something."""
-    return Prose(prompt.text, seed, seed, count, count, filler, salt)
+def _text(prompt: Prompt, seed: int, count: int, scenario: Scenario, salt: str) -> Prose:
+    """``count`` tokens of text, the first ``filler_tokens`` of them empty and the next
+    ``separator_tokens`` ellipses and line ends; at least two are prose (a word and its full
+    stop), so the answer always says something."""
+    return Prose(
+        prompt.text,
+        seed,
+        seed,
+        count,
+        count,
+        scenario.filler_tokens,
+        salt,
+        scenario.separator_tokens,
+    )
 
 
 def build_plan(prompt: Prompt, scenario: Scenario, *, call_id_prefix: str = "call_") -> Plan:
@@ -252,9 +267,9 @@ def build_plan(prompt: Prompt, scenario: Scenario, *, call_id_prefix: str = "cal
         chunks = _chunked(tokenize(arguments), prompt.text, seed, f"tool:{index}")
         parts.append(Part("tool_call", chunks, tool.name, new_id(call_id_prefix), index))
     if not parts:
-        parts.append(Part("text", _text(prompt, seed, scenario.tokens, scenario.filler_tokens, "")))
+        parts.append(Part("text", _text(prompt, seed, scenario.tokens, scenario, "")))
     elif scenario.preamble_tokens:
-        preamble = _text(prompt, seed, scenario.preamble_tokens, scenario.filler_tokens, "preamble")
+        preamble = _text(prompt, seed, scenario.preamble_tokens, scenario, "preamble")
         parts.insert(0, Part("text", preamble))
     if scenario.thinking_tokens:
         count = scenario.thinking_tokens

@@ -68,6 +68,9 @@ class Scenario:
 
     The shape keys change what the answer holds: ``filler_tokens`` (the text opens with that
     many tokens of whitespace and ellipses, as a model that "thinks out loud" in blank space),
+    ``separator_tokens`` (then that many tokens of ellipses and the Unicode line ends U+2028,
+    U+2029 and U+0085, sent raw: only CR and LF end an SSE line, and a reader that splits
+    more, as httpx's ``aiter_lines`` does, loses the event),
     ``preamble_tokens`` (a text part before the tool calls) and, on the Messages route,
     ``thinking_tokens`` (an extended-thinking block, with its ``signature_delta``, first).
 
@@ -103,6 +106,7 @@ class Scenario:
     done_after_error: bool = False
     refusal_deltas: bool = False
     filler_tokens: int = 0
+    separator_tokens: int = 0
     preamble_tokens: int = 0
     thinking_tokens: int = 0
     pause_on_backpressure: bool = False
@@ -215,6 +219,7 @@ _CONVERTERS: Final[dict[str, Callable[[object], Any]]] = {
     "done_after_error": _bool,
     "refusal_deltas": _bool,
     "filler_tokens": _int(0),
+    "separator_tokens": _int(0),
     "preamble_tokens": _int(0),
     "thinking_tokens": _int(0),
     "pause_on_backpressure": _bool,

@@ -160,6 +160,23 @@ def prose_tokens(prompt: str, seed: int, count: int) -> list[str]:
 _FILLER: Final = ("\n", "...", "\n", "  ", "\n", "...")
 
 
+#: What ``separator_tokens`` opens an answer with, in turn: ellipses between the characters that
+#: Python's ``str.splitlines`` ends a line at and SSE does not (only CR, LF and CRLF end an SSE
+#: line). An engine that writes JSON as UTF-8 (llama.cpp does) sends them raw inside a ``data:``
+#: line; a proxy that splits its upstream with ``str.splitlines`` (httpx's ``aiter_lines`` does)
+#: cuts that line in two, and the event is lost.
+_SEPARATORS: Final = ("...", "\u2028", "...", "\u2029", "...", "\x85")
+
+
+def separator_tokens(count: int) -> list[str]:
+    """``count`` tokens of ellipses and Unicode line ends, each a token of its own; the last is
+    an ellipsis (a line end would join the prose's first word)."""
+    tokens = [_SEPARATORS[n % len(_SEPARATORS)] for n in range(count)]
+    if tokens and tokens[-1].isspace():
+        tokens[-1] = "..."
+    return tokens
+
+
 def filler_tokens(count: int) -> list[str]:
     """``count`` tokens of empty filler that stay separate tokens before any prose.
 

@@ -54,10 +54,10 @@ class AiohttpResponse:
         self.status_code = response.status
         self.headers = response.headers  # case-insensitive, like httpx's
 
-    async def aiter_lines(self) -> AsyncIterator[str]:
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
         try:
-            async for raw in self._response.content:  # one line per item, up to and with b"\n"
-                yield raw.decode().rstrip("\r\n")
+            async for chunk in self._response.content.iter_any():  # as they arrive
+                yield chunk
         except ERRORS as exc:
             raise transport_error(exc) from exc
 

@@ -6,7 +6,7 @@ use this much of ``httpx.AsyncClient`` and ``httpx.Response``, and nothing else:
 * ``client.build_request("POST", path, json=..., headers=...)``, then
   ``await client.send(request, stream=True)``;
 * ``response.status_code``, ``response.headers.get(name[, default])``,
-  ``response.aiter_lines()``, ``await response.aread()``, ``await response.aclose()``;
+  ``response.aiter_bytes()``, ``await response.aread()``, ``await response.aclose()``;
 * a failure of the transport is an ``httpx.HTTPError``.
 
 :class:`UpstreamClient` and :class:`UpstreamResponse` write that down. An httpx client with
@@ -58,8 +58,8 @@ class UpstreamResponse(Protocol):
         """A case-insensitive mapping with ``get(name, default=None)``."""
         ...
 
-    def aiter_lines(self) -> AsyncIterator[str]:
-        """The body's lines without their line ends, as they arrive."""
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body's bytes, decoded from its transfer and content encodings, as they arrive."""
         ...
 
     async def aread(self) -> bytes:

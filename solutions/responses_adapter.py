@@ -156,7 +156,7 @@ def make_responses_adapter(parts: ModuleType, upstream_url: str) -> FastAPI:
                 async with client.stream(
                     "POST", RESPONSES_PATH, json=responses_request(body)
                 ) as upstream:
-                    async for event in parts.sse_events(upstream.aiter_lines()):
+                    async for event in parts.sse_events(parts.sse_lines(upstream.aiter_bytes())):
                         data = json.loads(parts.event_data(event))
                         finished = finished or data.get("type") in TERMINAL
                         for out in responses_to_chat(data, state):

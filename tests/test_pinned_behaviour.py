@@ -340,3 +340,12 @@ def test_nginx_tells_a_cut_upstream_body_from_an_end_only_over_http_1_1(
     assert (body is None) is cut_shows
     if not cut_shows:
         assert body == "data: 1\n\n"  # the cut looks like a finished answer
+
+
+def test_httpx_aiter_lines_ends_a_line_where_sse_does_not() -> None:
+    """Notebook 04 and ``solutions.proxy.sse_lines``: httpx 0.28 splits lines with
+    ``str.splitlines``, so a raw U+2028 inside a ``data:`` line (as llama.cpp writes UTF-8 JSON)
+    cuts it in two; SSE ends a line only at CR, LF and CRLF."""
+    body = 'data: {"c": "a\u2028b"}\n\n'.encode()
+    lines = list(httpx.Response(200, content=body).iter_lines())
+    assert lines == ['data: {"c": "a', 'b"}', ""]

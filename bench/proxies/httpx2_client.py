@@ -30,10 +30,10 @@ class Httpx2Response:
         self.status_code = response.status_code
         self.headers = response.headers
 
-    async def aiter_lines(self) -> AsyncIterator[str]:
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
         try:
-            async for line in self._response.aiter_lines():
-                yield line
+            async for chunk in self._response.aiter_bytes():
+                yield chunk
         except httpx2.HTTPError as exc:
             raise transport_error(exc) from exc
 

@@ -35,7 +35,7 @@ async def upstream_chunks(
             await upstream.aread()
             raise Failure("upstream_status", f"the upstream answered {upstream.status_code}")
         try:
-            async for event in parts.sse_events(upstream.aiter_lines()):
+            async for event in parts.sse_events(parts.sse_lines(upstream.aiter_bytes())):
                 data = parts.event_data(event)
                 if data == "[DONE]":
                     return

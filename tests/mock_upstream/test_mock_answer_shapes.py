@@ -1,6 +1,6 @@
-"""The answer-shape keys (``filler_tokens``, ``preamble_tokens``, ``thinking_tokens``) and the
-Responses refusal said in ``response.refusal.delta`` events (``refusal_deltas``), through the
-real SDKs over a real socket."""
+"""The answer-shape keys (``filler_tokens``, ``separator_tokens``, ``preamble_tokens``,
+``thinking_tokens``) and the Responses refusal said in ``response.refusal.delta`` events
+(``refusal_deltas``), through the real SDKs over a real socket."""
 
 from __future__ import annotations
 
@@ -71,6 +71,36 @@ def test_filler_never_takes_the_whole_answer(openai_client: openai.OpenAI) -> No
     ) as stream:
         text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
     assert count_tokens(text) == 3 and any(c.isalnum() for c in text)
+
+
+# -- separator_tokens --------------------------------------------------------------------------
+
+UNICODE_LINE_ENDS = ("\u2028", "\u2029", "\x85")
+
+
+def test_separator_tokens_reach_the_wire_raw_inside_one_data_line(
+    openai_client: openai.OpenAI, server: LiveServer
+) -> None:
+    response = server.client.post(
+        "/v1/chat/completions",
+        json={"model": "mock-gpt", "messages": USER, "stream": True},
+        headers=scenario_header(tokens=20, separator_tokens=7, seed=3),
+    )
+    raw = response.content.decode()
+    for end in UNICODE_LINE_ENDS:
+        assert end in raw  # raw UTF-8, not a \u escape: as llama.cpp writes JSON
+    # Split as SSE splits (CR and LF only): every line is a field, each data line whole JSON.
+    lines = [line for line in raw.replace("\r\n", "\n").split("\n") if line]
+    assert all(line.startswith("data:") for line in lines)
+    texts = [
+        json.loads(line[5:])["choices"][0]["delta"].get("content") or ""
+        for line in lines
+        if line[5:].strip() != "[DONE]"
+    ]
+    text = "".join(texts)
+    assert count_tokens(text) == 20 == server.last()["tokens_generated"]
+    # What str.splitlines makes of the same body: more lines than SSE has, some not fields.
+    assert len(raw.splitlines()) > len(raw.split("\n"))
 
 
 # -- preamble_tokens and thinking_tokens --------------------------------------------------------
