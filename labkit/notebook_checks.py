@@ -27,9 +27,9 @@ yourself: ...". A function or class also holds its stub while it runs a stand-in
 ``%%proxy_part`` cell's naive version, :mod:`labkit.regions`): its source still says ``# YOUR
 CODE HERE: name, notebook NN_x``, so a check of ``pass_on`` says "not written yet" rather than
 judging the stand-in. A path does not: ``proxy.py`` runs the stand-ins of later notebooks while
-the learner works on earlier ones. ``needs(*parts)`` is the same test for an experiment cell: ``True``, or one
-``skipped: ...`` line and ``False``, so that the cells after a missing part say so in one line
-instead of raising ``NameError`` after ``NameError``.
+the learner works on earlier ones. ``needs(*parts)`` is the same test for an experiment cell:
+``True``, or one ``skipped: ...`` line and ``False``, so that the cells after a missing part say
+so in one line instead of raising ``NameError`` after ``NameError``.
 
 This module prints (through ``say``, ``print`` by default): a check cell's output is its whole
 purpose, and nbval compares that output. Every printed line is deterministic text; numbers
