@@ -15,9 +15,13 @@
     labkit engine serve [--port N]           (it in the foreground, on 127.0.0.1)
     labkit student [notebooks/] --out student/ [--rubric rubric.toml]
 
-Exit codes: 0 every check passed, 1 some check failed (or a submission could not be graded),
-2 a usage or setup error (bad arguments, missing file, bad rubric, the grader's own mock did not
-start, a grading user that cannot start the grader's Python: then nothing is graded). Each
+Exit codes (``labkit.errors.ExitCode``, also in ``labkit --help``): 0 every check passed; 1
+some check failed, or a submission could not be graded (its report says why); 2 the input is
+wrong (bad arguments, a missing file, a rubric that cannot be used: an ``InputError``); 3 this
+machine lacks something (nginx, a built engine, the sandbox asked for, a grading user that can
+start the grader's Python: a ``MachineLacks``; nothing is graded); 4 labkit could not finish
+for another reason (the grader's own mock did not start); 130 interrupted. Library errors say
+what is wrong; where an option is the fix, the command adds which (``_option``). Each
 subcommand is one ``_add_<name>`` function that registers its arguments and the function that
 runs it. Each grading command takes only its own options, so the parser itself
 refuses a combination that means nothing (``labkit grade-class --gradescope``); the old
@@ -34,12 +38,21 @@ import shlex
 import sys
 import time
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from labkit.checks.catalogue import ALL_IDS, PROFILES, select
-from labkit.errors import GraderEnvironmentError, UsageError, run_command
+from labkit.errors import (
+    AnswersError,
+    ExitCode,
+    GraderEnvironmentError,
+    LabkitError,
+    RubricError,
+    UsageError,
+    run_command,
+)
 from labkit.grading import gradescope
 from labkit.grading.answers import (
     collect_roster,
@@ -88,8 +101,34 @@ class _CommandParser(argparse.ArgumentParser):
         return parsed, extras
 
 
+EXIT_CODES = """exit codes:
+  0  every check passed
+  1  some check failed, or a submission could not be graded (its report says why)
+  2  the input is wrong: a command line, a file, a rubric, a setting
+  3  this machine lacks something: nginx, a built engine, a sandbox, a grader that can run
+  4  labkit could not finish for another reason (the grader's own servers did not start)
+  130  interrupted"""
+
+
 def _exit_code(reports: Sequence[SubmissionReport]) -> int:
-    return 0 if all(r.all_passed for r in reports) else 1
+    return ExitCode.PASSED if all(r.all_passed for r in reports) else ExitCode.CHECK_FAILED
+
+
+@contextmanager
+def _option(errors: type[LabkitError], note: str) -> Iterator[None]:
+    """Add ``note``, which option to change, to an error of ``errors`` raised inside: the
+    library says what is wrong, the command line which of its options gave it."""
+    try:
+        yield
+    except errors as exc:
+        exc.add_note(note)
+        raise
+
+
+def _rubric(args: argparse.Namespace) -> Rubric:
+    """The rubric ``--rubric`` names, the defaults without it."""
+    with _option(RubricError, "Or leave --rubric out to use the default rubric."):
+        return Rubric.load(args.rubric)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -273,7 +312,7 @@ def _not_a_proxy_file(path: Path) -> str | None:
 
 def _run_grade(args: argparse.Namespace) -> int:
     only = _checks_of(args)
-    rubric = Rubric.load(args.rubric)
+    rubric = _rubric(args)
     path = Path(args.file)
     message = _not_a_proxy_file(path)
     if message is not None:
@@ -359,7 +398,7 @@ def _add_grade_url(subcommands: argparse._SubParsersAction[_CommandParser]) -> N
 
 def _run_grade_url(args: argparse.Namespace) -> int:
     only = _checks_of(args)
-    rubric = Rubric.load(args.rubric)
+    rubric = _rubric(args)
     if args.engine is None:
         graded = agrade_url(args.url, args.upstream, rubric, only=only, replica_url=args.replica)
     else:
@@ -432,7 +471,7 @@ def _near_copy_note(row: SimilarityRow | None) -> str:
 
 
 def _run_grade_class(args: argparse.Namespace) -> int:
-    rubric = Rubric.load(args.rubric)
+    rubric = _rubric(args)
     roster = find_submissions(args.paths)
     order = {s.learner: i for i, s in enumerate(roster)}
     shard = None
@@ -562,7 +601,7 @@ def _add_merge(subcommands: argparse._SubParsersAction[_CommandParser]) -> None:
 
 
 def _run_merge(args: argparse.Namespace) -> int:
-    rubric = Rubric.load(args.rubric)
+    rubric = _rubric(args)
     threshold = _similarity_threshold(args)
     written = merge(
         [Path(f) for f in args.folders],
@@ -614,7 +653,8 @@ def _add_answers(subcommands: argparse._SubParsersAction[_CommandParser]) -> Non
 
 
 def _run_answers(args: argparse.Namespace) -> int:
-    questions = course_questions(Path(args.notebooks))
+    with _option(AnswersError, "Pass the instructor's notebooks folder with --notebooks."):
+        questions = course_questions(Path(args.notebooks))
     learners = collect_roster(Path(args.roster), questions)
     out = Path(args.out)
     write_answer_pages(out, questions, learners, anonymise=args.anonymise)
@@ -649,7 +689,7 @@ def _run_autograder(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix != ".zip":
         raise UsageError(f"--out {out} should end in .zip: Gradescope takes a zip file.")
-    rubric = Rubric.load(args.rubric)
+    rubric = _rubric(args)
     names = write_gradescope_zip(out, rubric)
     print(f"Wrote {out} ({len(names)} files: setup.sh, run_autograder, rubric.toml, grader/).")
     print(
@@ -779,8 +819,18 @@ def _run_student(args: argparse.Namespace) -> int:
             f"--out {out} holds the instructor notebooks: the bundle would overwrite the "
             "solutions. Pick a new folder, e.g. --out student."
         )
+    if out.exists() and any(out.iterdir()):
+        raise UsageError(
+            f"--out {out} already exists and is not empty: the bundle is written into a new "
+            f"folder. Remove it or pick another, e.g. --out {out}-2."
+        )
     solution = Path(args.solution) if args.solution else source.parent / "solutions" / "proxy.py"
-    rubric = Rubric.load(args.rubric)
+    if not solution.is_file():
+        raise UsageError(
+            f"There is no {solution}: the bundle's proxy.py is made from the instructor's "
+            "solutions/proxy.py. Run this from the repository, or pass --solution PATH."
+        )
+    rubric = _rubric(args)
     bundle = make_bundle(source, solution, out, binder_repo=args.binder_repo, rubric=rubric)
     for copy in bundle.notebooks:
         print(f"{copy.target}  ({copy.regions} solution regions stubbed)")
@@ -793,6 +843,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="labkit",
         description="Streaming Proxy Lab: grade proxies, check a setup, make learner copies.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subcommands = parser.add_subparsers(
         dest="command", metavar="COMMAND", required=True, parser_class=_CommandParser
@@ -814,10 +866,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     of every entry point: a ``LabkitError`` is one ``error:`` line and its exit code)."""
 
     def body() -> int:
-        try:
-            args = build_parser().parse_args(argv)
-        except SystemExit as exc:  # argparse printed --help (0) or what it refused (2)
-            return 0 if exc.code in (0, None) else 2
+        args = build_parser().parse_args(argv)  # its exit (--help, or refused): run_command's
         code: int = args.run(args)
         return code
 

@@ -1,8 +1,34 @@
-"""Every error labkit raises, defined and drawn in one place.
+"""Every error labkit raises, defined and drawn in one place, and the one vocabulary of kinds.
 
-The hierarchy::
+The hierarchy (each family's exit code in brackets; see ``ExitCode``)::
 
-    LabkitError                      root: catch this to catch anything labkit raises
+    LabkitError                      root: catch this to catch anything labkit raises [4]
+    ├── InputError                   the input is wrong: what was given cannot be used [2]
+    │   ├── UsageError               a command line that cannot be done
+    │   ├── SettingError             a LABKIT_* environment variable with a value that cannot be
+    │   │                            used (labkit.settings)
+    │   ├── InvalidTargetError       a serve_subprocess target that is neither a file nor mod:attr
+    │   ├── ProxyFileError           proxy.py is missing, not Python, or a part does not fit
+    │   ├── SolutionRegionError      solution-region delimiters that do not pair up
+    │   ├── ChatPageError            a state machine that cannot go into the chat page
+    │   ├── RubricError              a rubric file that cannot be used
+    │   ├── GradingError             submissions, or a file grading reads, that cannot be used
+    │   ├── NotGradable              an upload that holds nothing to grade
+    │   ├── MergeError               shard folders that do not add up to one class
+    │   ├── AnswersError             written answers that cannot be collected, marks that cannot
+    │   │                            be folded in
+    │   └── BundleError              notebooks, a solution or a rubric that cannot make the
+    │                                learner bundle
+    ├── MachineLacks                 this machine lacks something the command needs [3]
+    │   ├── NginxNotFoundError       no nginx executable on this machine
+    │   ├── RedisNotFoundError       no redis-server executable on this machine
+    │   ├── EngineNotBuiltError      the real engine is not in the cache yet
+    │   ├── BrowserUnavailableError  no headless Chromium can run here
+    │   ├── SandboxUnavailableError  the sandbox LABKIT_SANDBOX names cannot run here
+    │   ├── CgroupUnavailable        no cgroup with the wanted limits can be made here
+    │   ├── NetworkSetupError        a grading's own network namespace is not usable
+    │   └── GraderEnvironmentError   the grading user cannot start the grader's Python or
+    │                                import what a proxy needs: nothing is graded
     ├── ServerStartError             a server did not come up; nothing is left running
     │   ├── PortInUseError           the requested port is already taken
     │   ├── StartTimeoutError        still not serving when the start deadline passed
@@ -12,78 +38,82 @@ The hierarchy::
     │   │                            (a LoadFailure) says how
     │   └── MemoryLimitExceeded      the kernel stopped a proxy for memory while it started
     ├── AlreadyStartedError          start() called on a server that was started before
-    ├── InvalidTargetError           a serve_subprocess target that is neither a file nor mod:attr
     ├── CaptureError                 capture_stream could not get a response at all
     ├── MockUpstreamError            the mock's debug endpoints answered unexpectedly
-    ├── EngineNotBuiltError          the real engine is not in the cache yet
     ├── EngineBuildError             the real engine could not be downloaded or built
     ├── EngineReadError              an engine's /metrics or /v1/models answered unexpectedly
-    ├── NginxNotFoundError           no nginx executable on this machine
-    ├── RedisNotFoundError           no redis-server executable on this machine
     ├── GatewayFailure               one upstream attempt of the stream gateway gave no usable
     │                                answer (its ``reason`` says why; the gateway catches it)
-    ├── ProxyFileError               proxy.py is missing, not Python, or a part does not fit
-    ├── SolutionRegionError          solution-region delimiters that do not pair up
-    ├── UsageError                   a command line that cannot be done
-    ├── SettingError                 a LABKIT_* environment variable with a value that cannot be
-    │                                used (labkit.settings)
-    ├── GradingError                 grading could not be set up
-    ├── GraderEnvironmentError       the grading user cannot start the grader's Python or
-    │                                import what a proxy needs: nothing is graded
-    ├── SandboxUnavailableError      the sandbox LABKIT_SANDBOX names cannot run here
-    ├── CgroupUnavailable            no cgroup with the wanted limits can be made here
-    ├── NetworkSetupError            a grading's own network namespace is not usable
-    ├── RubricError                  a rubric file that cannot be used
-    ├── MergeError                   shard folders that do not add up to one class
-    ├── AnswersError                 written answers that cannot be collected, marks that cannot
-    │                                be folded in
-    ├── NotGradable                  an upload that holds nothing to grade
-    └── BrowserUnavailableError      no headless Chromium can run here
+    ├── ChatWaitTimeout              the chat page did not reach a state in time
+    └── RelayedError                 an error a grading worker stopped on, raised again in the
+                                     process that started it (its ``cause`` is that error's kind)
 
 Each class carries, as click's exceptions do, what a program needs to act on it without
-reading its text: ``kind``, a stable snake_case id of its own, and ``exit_code``, what
-``labkit`` exits with when a command stops on it (2, a usage or setup error, for every one of
-them: 1 means a check failed). A failure with finer kinds carries them as data too
-(``TargetLoadError.reason``, ``GatewayFailure.reason``), so no verdict depends on the wording
-of a message.
+reading its text: ``kind``, a stable snake_case id of its own, and ``exit_code``, what an entry
+point exits with when it stops on it (its family's). A failure with finer kinds carries them as
+data too (``TargetLoadError.reason``, ``GatewayFailure.reason``), so no verdict depends on the
+wording of a message.
+
+**One vocabulary.** ``ProblemKind`` is every kind labkit names: each class's ``kind`` and each
+``kind`` of a grading report's problem (``labkit.grading.report.Problem``, shown in the JSON
+report and grades.csv). A problem that an error caused has that error's kind (a proxy that
+exited before it served: ``ServerExitedError``, ``exited``); the kinds with no class of their
+own are a learner's file that could not be loaded (a ``LoadFailure``) and the few a grader sees
+without an error (``no_file``, ``no_answer``, ``submission_timeout``, ``grader_crashed``). mypy
+holds every kind to the ``Literal``; ``tests/labkit_core/test_error_kinds.py`` holds the classes.
+
+**Exit codes that mean something** (``ExitCode``): 0 done, every check passed; 1 the learner's
+work fell short (a check failed, or a submission could not be graded: its report says why); 2
+the input is wrong (an ``InputError``, or a command line argparse refused), nothing was done; 3
+this machine lacks something (a ``MachineLacks``): fix the machine, not the input; 4 labkit
+could not finish for another reason (any other ``LabkitError``); 130 interrupted (Ctrl-C).
 
 Each message says what was expected, what happened instead and what to do. The constructors
 here that take the facts build the message, so that wording lives here and a test pins it
 (``tests/labkit_core/test_labkit_errors.py``, which also keeps this drawing complete); the
 classes that take a whole message get it from the module that raises them, whose tests pin it.
+A library message says what is wrong in the library's terms (a path, a parameter); the command
+line adds which of its options to change (``add_note`` on the error, shown after its message).
 The modules that raise a class also export it (``from labkit.grading.roster import
 GradingError`` works).
 
-Library code raises; an entry point (``labkit``, ``python -m labkit.grading.classroom``) runs
-its body through ``run_command``, the one handler that shows a ``LabkitError`` as one line,
-``error: <message>`` on stderr, and exits with its ``exit_code``.
+Library code raises; every entry point (``labkit``, and the ``python -m labkit.grading.*``
+commands) runs its body through ``run_command``, the one handler that shows a ``LabkitError``
+as one line, ``error: <message> <notes>`` on stderr, and exits with its ``exit_code``.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from typing import ClassVar, Final, Literal
+from enum import IntEnum
+from typing import ClassVar, Final, Literal, get_args
 
 __all__ = [
-    "INTERRUPTED_EXIT_CODE",
     "NGINX_INSTALL_HINT",
+    "PROBLEM_KINDS",
     "REDIS_INSTALL_HINT",
     "AlreadyStartedError",
     "AnswersError",
     "AppStartupError",
     "BrowserUnavailableError",
+    "BundleError",
     "CaptureError",
     "CgroupUnavailable",
+    "ChatPageError",
+    "ChatWaitTimeout",
     "EngineBuildError",
     "EngineNotBuiltError",
     "EngineReadError",
+    "ExitCode",
     "GatewayFailure",
     "GraderEnvironmentError",
     "GradingError",
+    "InputError",
     "InvalidTargetError",
     "LabkitError",
     "LoadFailure",
+    "MachineLacks",
     "MemoryLimitExceeded",
     "MergeError",
     "MockUpstreamError",
@@ -91,8 +121,10 @@ __all__ = [
     "NginxNotFoundError",
     "NotGradable",
     "PortInUseError",
+    "ProblemKind",
     "ProxyFileError",
     "RedisNotFoundError",
+    "RelayedError",
     "RubricError",
     "SandboxUnavailableError",
     "ServerExitedError",
@@ -102,6 +134,7 @@ __all__ = [
     "StartTimeoutError",
     "TargetLoadError",
     "UsageError",
+    "exit_code_of",
     "run_command",
 ]
 
@@ -110,6 +143,81 @@ __all__ = [
 #: anything else the module raised while it was imported. The grader reports it as the kind of
 #: the submission's problem.
 LoadFailure = Literal["syntax_error", "import_error", "no_app", "load_error"]
+
+#: Every kind labkit names, one vocabulary (see the module docstring): a grading report's
+#: ``problem.kind`` and each error class's ``kind``. The first group is what a report can show
+#: (public: instructors read it in the JSON report and grades.csv; keep those stable).
+ProblemKind = Literal[
+    # why a submission could not be graded (fully), as a report says it
+    LoadFailure,
+    "no_file",  # no file at the path given
+    "start_failed",  # ServerStartError: the proxy did not start, no finer kind known
+    "port_in_use",  # PortInUseError
+    "start_timeout",  # StartTimeoutError: an endless loop or a long wait at import or startup
+    "startup_failed",  # AppStartupError: the app's lifespan or startup handler raised
+    "exited",  # ServerExitedError: the proxy's process ended before it served
+    "memory_limit",  # MemoryLimitExceeded, or stopped for memory while it was checked
+    "invalid_target",  # InvalidTargetError
+    "no_answer",  # it started, and did not answer one short stream
+    "submission_timeout",  # grading it took longer than the rubric allows
+    "grader_crashed",  # the grading worker ended without a report
+    # the other errors: what stops a command or a notebook cell
+    "labkit_error",
+    "input_invalid",
+    "usage",
+    "setting_invalid",
+    "proxy_file_unusable",
+    "solution_regions_unpaired",
+    "chat_page_invalid",
+    "rubric_unusable",
+    "grading_input_unusable",
+    "not_gradable",
+    "shards_do_not_merge",
+    "answers_unusable",
+    "bundle_unmakeable",
+    "machine_lacks",
+    "nginx_not_found",
+    "redis_not_found",
+    "engine_not_built",
+    "browser_unavailable",
+    "sandbox_unavailable",
+    "cgroup_unavailable",
+    "network_setup_failed",
+    "grader_environment_broken",
+    "target_load_failed",
+    "already_started",
+    "capture_failed",
+    "mock_upstream_unexpected",
+    "engine_build_failed",
+    "engine_read_failed",
+    "gateway_attempt_failed",
+    "chat_wait_timeout",
+    "relayed",
+]
+
+
+def _flat(kind: object) -> frozenset[str]:
+    """The strings of a ``Literal`` that may hold other ``Literal`` types."""
+    return frozenset(
+        name for arg in get_args(kind) for name in (_flat(arg) if get_args(arg) else {arg})
+    )
+
+
+#: ``ProblemKind``'s members, for code that reads a kind it did not write (a worker's outcome).
+PROBLEM_KINDS: Final[frozenset[str]] = _flat(ProblemKind)
+
+
+class ExitCode(IntEnum):
+    """What a labkit entry point exits with. Each error class carries its own (``exit_code``,
+    its family's); a command that ran to its end exits 0 or 1 by what it found."""
+
+    PASSED = 0  # done, and every check passed
+    CHECK_FAILED = 1  # the learner's work fell short: a check failed, or it could not be graded
+    INPUT = 2  # the input is wrong (InputError, or a command line argparse refused)
+    MACHINE = 3  # this machine lacks something the command needs (MachineLacks)
+    FAILED = 4  # labkit could not finish for another reason (any other LabkitError)
+    INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
+
 
 NGINX_INSTALL_HINT: Final = (
     "Install it with `apt-get install nginx` (Debian/Ubuntu, as root) or "
@@ -127,15 +235,32 @@ REDIS_INSTALL_HINT: Final = (
 class LabkitError(Exception):
     """Root of every error labkit raises."""
 
-    kind: ClassVar[str] = "labkit_error"
-    #: what ``labkit`` exits with when a command stops on this error: a usage or setup error
-    exit_code: ClassVar[int] = 2
+    kind: ClassVar[ProblemKind] = "labkit_error"
+    #: what an entry point exits with when it stops on this error (a class's, but for the
+    #: ``RelayedError`` that carries another's)
+    exit_code: int = ExitCode.FAILED
+
+
+class InputError(LabkitError):
+    """The input is wrong: a command line, a file, a setting or an argument that cannot be used.
+    The message says which and what to give instead; nothing was done."""
+
+    kind: ClassVar[ProblemKind] = "input_invalid"
+    exit_code: int = ExitCode.INPUT
+
+
+class MachineLacks(LabkitError):
+    """This machine lacks something the command needs (a program, a sandbox, a browser, a
+    built engine): the message says what and how to get it. Nothing is wrong with the input."""
+
+    kind: ClassVar[ProblemKind] = "machine_lacks"
+    exit_code: int = ExitCode.MACHINE
 
 
 class ServerStartError(LabkitError):
     """A server did not start. Whatever was started has been stopped again."""
 
-    kind: ClassVar[str] = "server_start_failed"
+    kind: ClassVar[ProblemKind] = "start_failed"
 
     def __init__(self, message: str, *, name: str) -> None:
         super().__init__(message)
@@ -143,7 +268,7 @@ class ServerStartError(LabkitError):
 
 
 class PortInUseError(ServerStartError):
-    kind: ClassVar[str] = "port_in_use"
+    kind: ClassVar[ProblemKind] = "port_in_use"
 
     def __init__(self, *, name: str, host: str, port: int) -> None:
         super().__init__(
@@ -156,7 +281,7 @@ class PortInUseError(ServerStartError):
 
 
 class StartTimeoutError(ServerStartError):
-    kind: ClassVar[str] = "start_timeout"
+    kind: ClassVar[ProblemKind] = "start_timeout"
 
     def __init__(self, *, name: str, timeout: float) -> None:
         super().__init__(
@@ -169,7 +294,7 @@ class StartTimeoutError(ServerStartError):
 
 
 class AppStartupError(ServerStartError):
-    kind: ClassVar[str] = "app_startup_failed"
+    kind: ClassVar[ProblemKind] = "startup_failed"
 
     def __init__(self, *, name: str, error: str, details: str = "") -> None:
         super().__init__(
@@ -182,7 +307,7 @@ class AppStartupError(ServerStartError):
 
 
 class ServerExitedError(ServerStartError):
-    kind: ClassVar[str] = "server_exited"
+    kind: ClassVar[ProblemKind] = "exited"
 
     def __init__(
         self, *, name: str, how: str, stderr_tail: str = "", source: str = "stderr"
@@ -202,7 +327,7 @@ class TargetLoadError(ServerStartError):
     """``reason`` says how loading failed (what the child reported); ``exception`` is the class
     name of what loading raised (``"SyntaxError"``), for a person reading it."""
 
-    kind: ClassVar[str] = "target_load_failed"
+    kind: ClassVar[ProblemKind] = "target_load_failed"
 
     def __init__(
         self,
@@ -229,7 +354,7 @@ class TargetLoadError(ServerStartError):
 class MemoryLimitExceeded(ServerStartError):
     """The kernel stopped the proxy while it started: it held more memory than allowed."""
 
-    kind: ClassVar[str] = "memory_limit_exceeded"
+    kind: ClassVar[ProblemKind] = "memory_limit"
 
     def __init__(self, *, name: str, limit_bytes: int) -> None:
         super().__init__(
@@ -243,15 +368,15 @@ class MemoryLimitExceeded(ServerStartError):
 class AlreadyStartedError(LabkitError, RuntimeError):
     """``start()`` on a server handle that was started before (a handle starts once)."""
 
-    kind: ClassVar[str] = "already_started"
+    kind: ClassVar[ProblemKind] = "already_started"
 
     def __init__(self, *, name: str, handle: str) -> None:
         super().__init__(f"{name!r} was already started; make a new {handle}")
         self.name = name
 
 
-class InvalidTargetError(LabkitError, ValueError):
-    kind: ClassVar[str] = "invalid_target"
+class InvalidTargetError(InputError, ValueError):
+    kind: ClassVar[ProblemKind] = "invalid_target"
 
     def __init__(self, target: str, problem: str) -> None:
         super().__init__(
@@ -262,7 +387,7 @@ class InvalidTargetError(LabkitError, ValueError):
 
 
 class CaptureError(LabkitError):
-    kind: ClassVar[str] = "capture_failed"
+    kind: ClassVar[ProblemKind] = "capture_failed"
 
     def __init__(self, *, url: str, error: str) -> None:
         super().__init__(
@@ -275,7 +400,7 @@ class CaptureError(LabkitError):
 
 
 class MockUpstreamError(LabkitError):
-    kind: ClassVar[str] = "mock_upstream_unexpected"
+    kind: ClassVar[ProblemKind] = "mock_upstream_unexpected"
 
     def __init__(self, *, url: str, expected: str, got: str, from_env: str | None = None) -> None:
         if from_env is None:
@@ -292,8 +417,8 @@ class MockUpstreamError(LabkitError):
         self.url = url
 
 
-class EngineNotBuiltError(LabkitError):
-    kind: ClassVar[str] = "engine_not_built"
+class EngineNotBuiltError(MachineLacks):
+    kind: ClassVar[ProblemKind] = "engine_not_built"
 
     def __init__(self, *, cache: str) -> None:
         super().__init__(
@@ -305,7 +430,7 @@ class EngineNotBuiltError(LabkitError):
 
 
 class EngineBuildError(LabkitError):
-    kind: ClassVar[str] = "engine_build_failed"
+    kind: ClassVar[ProblemKind] = "engine_build_failed"
 
     def __init__(self, *, step: str, problem: str, fix: str) -> None:
         super().__init__(f"The engine build failed {step}: {problem}. To go on: {fix}.")
@@ -315,7 +440,7 @@ class EngineBuildError(LabkitError):
 
 
 class EngineReadError(LabkitError):
-    kind: ClassVar[str] = "engine_read_failed"
+    kind: ClassVar[ProblemKind] = "engine_read_failed"
 
     def __init__(self, *, url: str, got: str) -> None:
         super().__init__(
@@ -327,10 +452,10 @@ class EngineReadError(LabkitError):
         self.got = got
 
 
-class NginxNotFoundError(LabkitError):
+class NginxNotFoundError(MachineLacks):
     """No nginx executable on this machine."""
 
-    kind: ClassVar[str] = "nginx_not_found"
+    kind: ClassVar[ProblemKind] = "nginx_not_found"
 
     def __init__(self) -> None:
         super().__init__(
@@ -339,10 +464,10 @@ class NginxNotFoundError(LabkitError):
         )
 
 
-class RedisNotFoundError(LabkitError):
+class RedisNotFoundError(MachineLacks):
     """No redis-server executable on this machine."""
 
-    kind: ClassVar[str] = "redis_not_found"
+    kind: ClassVar[ProblemKind] = "redis_not_found"
 
     def __init__(self) -> None:
         super().__init__(
@@ -357,7 +482,7 @@ class GatewayFailure(LabkitError):
     ``refusal``...) decides a restart and names the ``gateway.interrupted`` event; ``message``
     is what that event says."""
 
-    kind: ClassVar[str] = "gateway_attempt_failed"
+    kind: ClassVar[ProblemKind] = "gateway_attempt_failed"
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
@@ -365,30 +490,29 @@ class GatewayFailure(LabkitError):
         self.message = message
 
 
-class ProxyFileError(LabkitError):
+class ProxyFileError(InputError):
     """``proxy.py`` is missing, is not valid Python, or a part does not fit into it."""
 
-    kind: ClassVar[str] = "proxy_file_unusable"
+    kind: ClassVar[ProblemKind] = "proxy_file_unusable"
 
 
-class SolutionRegionError(LabkitError):
+class SolutionRegionError(InputError):
     """A solution region's delimiters do not pair up."""
 
-    kind: ClassVar[str] = "solution_regions_unpaired"
+    kind: ClassVar[ProblemKind] = "solution_regions_unpaired"
 
 
-class UsageError(LabkitError):
-    """The command line asks for something that cannot be done; exit code 2."""
+class UsageError(InputError):
+    """The command line asks for something that cannot be done."""
 
-    kind: ClassVar[str] = "usage"
-    exit_code: ClassVar[int] = 2
+    kind: ClassVar[ProblemKind] = "usage"
 
 
-class SettingError(LabkitError):
+class SettingError(InputError):
     """A ``LABKIT_*`` environment variable whose value cannot be used (``labkit.settings``
     names each one, what it must be and what unset means)."""
 
-    kind: ClassVar[str] = "setting_invalid"
+    kind: ClassVar[ProblemKind] = "setting_invalid"
 
     def __init__(self, *, name: str, value: str, expected: str, default: str) -> None:
         super().__init__(
@@ -399,19 +523,20 @@ class SettingError(LabkitError):
         self.value = value
 
 
-class GradingError(LabkitError):
-    """Grading could not be set up (bad paths, a worker that could not start the mocks)."""
+class GradingError(InputError):
+    """Submissions, or a file grading reads, that cannot be used (a path that does not exist,
+    a zip with no proxy.py, verdicts a step wrote that are not JSON)."""
 
-    kind: ClassVar[str] = "grading_setup_failed"
+    kind: ClassVar[ProblemKind] = "grading_input_unusable"
 
 
-class GraderEnvironmentError(LabkitError):
+class GraderEnvironmentError(MachineLacks):
     """The user that runs learner code (in the sandbox it gets) could not start the grader's
     Python and import what a proxy needs (``labkit.grading.environment``): every proxy would
     die before it served, through no fault of the learner's, so nothing is graded and no score
     is given."""
 
-    kind: ClassVar[str] = "grader_environment_broken"
+    kind: ClassVar[ProblemKind] = "grader_environment_broken"
 
     def __init__(
         self, *, user: str, python: str, imports: Sequence[str], problem: str, details: str = ""
@@ -437,11 +562,11 @@ class GraderEnvironmentError(LabkitError):
         self.details = details
 
 
-class SandboxUnavailableError(LabkitError):
+class SandboxUnavailableError(MachineLacks):
     """``LABKIT_SANDBOX`` names a sandbox that cannot run on this machine: nothing is graded
     rather than learner code run with less isolation than the instructor asked for."""
 
-    kind: ClassVar[str] = "sandbox_unavailable"
+    kind: ClassVar[ProblemKind] = "sandbox_unavailable"
 
     def __init__(self, *, sandbox: str, why_not: str) -> None:
         super().__init__(
@@ -453,68 +578,119 @@ class SandboxUnavailableError(LabkitError):
         self.why_not = why_not
 
 
-class CgroupUnavailable(LabkitError, RuntimeError):
+class CgroupUnavailable(MachineLacks, RuntimeError):
     """No cgroup with these limits can be made here; the message says why."""
 
-    kind: ClassVar[str] = "cgroup_unavailable"
+    kind: ClassVar[ProblemKind] = "cgroup_unavailable"
 
 
-class NetworkSetupError(LabkitError):
+class NetworkSetupError(MachineLacks):
     """This process moved into a namespace of its own that is not usable (its loopback is
     down, or it holds no loopback): nothing could be graded in it."""
 
-    kind: ClassVar[str] = "network_setup_failed"
+    kind: ClassVar[ProblemKind] = "network_setup_failed"
 
 
-class RubricError(LabkitError):
+class RubricError(InputError):
     """A rubric file that cannot be used; the message says which key and what to write."""
 
-    kind: ClassVar[str] = "rubric_unusable"
+    kind: ClassVar[ProblemKind] = "rubric_unusable"
 
     def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"Rubric {path}: {problem}. Fix the file, or leave --rubric out.")
+        super().__init__(f"Rubric {path}: {problem}. Fix the file.")
         self.path = path
 
 
-class MergeError(LabkitError):
+class MergeError(InputError):
     """Shard folders that do not add up to one class; the message says which and why."""
 
-    kind: ClassVar[str] = "shards_do_not_merge"
+    kind: ClassVar[ProblemKind] = "shards_do_not_merge"
 
 
-class AnswersError(LabkitError):
+class AnswersError(InputError):
     """The answers could not be collected or the marks could not be folded in."""
 
-    kind: ClassVar[str] = "answers_unusable"
+    kind: ClassVar[ProblemKind] = "answers_unusable"
 
 
-class NotGradable(LabkitError):
+class NotGradable(InputError):
     """The upload holds nothing that can be graded; the message says what to upload."""
 
-    kind: ClassVar[str] = "not_gradable"
+    kind: ClassVar[ProblemKind] = "not_gradable"
 
 
-class BrowserUnavailableError(LabkitError):
+class BrowserUnavailableError(MachineLacks):
     """No browser can run here: Playwright or Chromium is missing, or Chromium did not start."""
 
-    kind: ClassVar[str] = "browser_unavailable"
+    kind: ClassVar[ProblemKind] = "browser_unavailable"
 
 
-#: What a command exits with when it is interrupted (Ctrl-C): it did not finish what it was
-#: asked, as for a usage or setup error.
-INTERRUPTED_EXIT_CODE: Final = 2
+class ChatPageError(InputError):
+    """A state machine that cannot go into the chat page (``labkit.chat.page_html``)."""
+
+    kind: ClassVar[ProblemKind] = "chat_page_invalid"
+
+
+class BundleError(InputError):
+    """The instructor's notebooks, solution or rubric cannot make the learner bundle
+    (``labkit.student``, ``labkit.grading.classroom``); the message says what to change."""
+
+    kind: ClassVar[ProblemKind] = "bundle_unmakeable"
+
+
+class ChatWaitTimeout(LabkitError, TimeoutError):
+    """The chat page in the browser did not reach the state waited for in time
+    (``labkit.chat.browser``); the message says what it showed instead."""
+
+    kind: ClassVar[ProblemKind] = "chat_wait_timeout"
+
+
+def _classes(root: type[LabkitError]) -> list[type[LabkitError]]:
+    found = [root]
+    for sub in root.__subclasses__():
+        found += _classes(sub)
+    return found
+
+
+def exit_code_of(kind: ProblemKind) -> int:
+    """The exit code of the error class whose kind is ``kind``; ``LabkitError``'s for a kind
+    no class has."""
+    found = (cls.exit_code for cls in _classes(LabkitError) if cls.kind == kind)
+    return next(found, LabkitError.exit_code)
+
+
+class RelayedError(LabkitError):
+    """An error a child process stopped on (a grading worker's), raised again in the process
+    that started it from what the child reported: its message, and its kind as ``cause``. It
+    exits as the child's error would have (``exit_code_of(cause)``): a sandbox the worker
+    could not use stops ``labkit grade`` with 3, as it would have in this process."""
+
+    kind: ClassVar[ProblemKind] = "relayed"
+
+    def __init__(self, message: str, *, cause: ProblemKind) -> None:
+        super().__init__(message)
+        self.cause: ProblemKind = cause
+        self.exit_code = exit_code_of(cause)
+
+
+def _shown(exc: LabkitError) -> str:
+    """The error's message, then its notes (what the command line added: which option)."""
+    return " ".join([str(exc), *getattr(exc, "__notes__", ())])
 
 
 def run_command(body: Callable[[], int]) -> int:
     """``body()``'s exit status, with the handler every entry point shares: a ``LabkitError``
-    becomes ``error: <message>`` on stderr and its ``exit_code``, Ctrl-C becomes
-    ``interrupted`` and ``INTERRUPTED_EXIT_CODE``. Anything else is a bug in labkit and keeps
-    its traceback."""
+    becomes ``error: <message> <notes>`` on stderr and its ``exit_code``; argparse's exit (for
+    ``--help``, or a command line it refused and said why) its status, 0 or
+    ``ExitCode.INPUT``; Ctrl-C ``interrupted`` and ``ExitCode.INTERRUPTED``. Anything else is
+    a bug in labkit and keeps its traceback."""
     try:
         return body()
-    except LabkitError as exc:  # a usage or setup error: the class says which exit code
-        print(f"error: {exc}", file=sys.stderr)
+    except LabkitError as exc:  # the class says which exit code
+        print(f"error: {_shown(exc)}", file=sys.stderr)
         return exc.exit_code
+    except SystemExit as exc:  # argparse's: --help (0) or a refused command line (2)
+        return ExitCode.PASSED if exc.code in (0, None) else ExitCode.INPUT
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return INTERRUPTED_EXIT_CODE
+        return ExitCode.INTERRUPTED

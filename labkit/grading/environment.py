@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Final
 
 from labkit.checks.machine import Budget
-from labkit.errors import GraderEnvironmentError
+from labkit.errors import GraderEnvironmentError, run_command
 from labkit.grading.isolation import Confinement, Isolation, choose
 from labkit.grading.sandbox import clean_env
 from labkit.servers import CHILD_MODULE
@@ -239,19 +239,21 @@ def require_environment(
 
 def main(argv: list[str] | None = None) -> int:
     """Print the check's line; 0 when the grading user can start Python, else the error's
-    exit code with the whole error on stderr."""
+    exit code with the whole error on stderr (``run_command``, as every entry point)."""
     argparse.ArgumentParser(
         prog="python -m labkit.grading.environment",
         description="Can the user that runs learner code start the grader's Python and import "
         "what a proxy needs, in the sandbox grading uses?",
     ).parse_args(argv)
-    checked = check_environment()
-    print(f"grading user's Python: {checked.describe()}")
-    if checked.ok:
+
+    def body() -> int:
+        checked = check_environment()
+        print(f"grading user's Python: {checked.describe()}")
+        if not checked.ok:
+            raise checked.error()
         return 0
-    error = checked.error()
-    print(f"error: {error}", file=sys.stderr)
-    return error.exit_code
+
+    return run_command(body)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from labkit.checks.engine_books import EngineBooks
 from labkit.checks.engine_requests import engine_body
 from labkit.checks.gateway_advice import for_gateway
 from labkit.checks.machine import Budget
-from labkit.errors import CaptureError, RedisNotFoundError
+from labkit.errors import CaptureError, MemoryLimitExceeded, RedisNotFoundError
 from labkit.grading.isolation import Isolation, choose
 from labkit.grading.network import Network, seen_from_here
 from labkit.grading.replicas import REDIS_ENV, no_redis, start_shared_redis
@@ -367,7 +367,7 @@ async def _run_lanes(
     if any(p.memory_exceeded() for replicas in proxies.values() for p in replicas):
         limit = isolation.limits.memory_bytes // (1024 * 1024)
         return Problem(
-            "memory_limit",
+            MemoryLimitExceeded.kind,
             f"the proxy was stopped: it held more than {limit} MiB of memory (the limit for "
             "one proxy process). Keep what it holds bounded, then grade again.",
         )
@@ -418,7 +418,7 @@ async def _run_on_engine(
     if proxy.memory_exceeded():
         limit = isolation.limits.memory_bytes // (1024 * 1024)
         return Problem(
-            "memory_limit",
+            MemoryLimitExceeded.kind,
             f"the proxy was stopped: it held more than {limit} MiB of memory (the limit for "
             "one proxy process). Keep what it holds bounded, then grade again.",
         )

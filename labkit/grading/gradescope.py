@@ -10,7 +10,8 @@ and a plain message for nothing submitted, a notebook instead of ``proxy.py``, a
 import error, and a crash of the grader itself. One case gets no score at all: a grader whose
 grading user cannot start Python with what a proxy needs (``labkit.grading.environment``),
 where every proxy would die through no fault of the learner's. Its results say so, to the
-learner and to the instructor, and ``main`` exits 2 (``run_autograder`` passes it on).
+learner and to the instructor, and ``main`` exits 3 (``ExitCode.MACHINE``: this machine lacks
+a grader that can run; ``run_autograder`` passes it on).
 
 ``python -m labkit.grading.gradescope [--root DIR] [--rubric TOML] [--course DIR]`` is what
 ``run_autograder`` calls (see ``labkit.grading.autograder`` for the zip that carries it);
@@ -44,7 +45,13 @@ from typing import Any
 
 from labkit.checks import CheckResult
 from labkit.checks.result import MARKS
-from labkit.errors import GraderEnvironmentError, GradingError, NotGradable
+from labkit.errors import (
+    ExitCode,
+    GraderEnvironmentError,
+    GradingError,
+    NotGradable,
+    run_command,
+)
 from labkit.grading.environment import require_environment
 from labkit.grading.report import SubmissionReport, feedback_markdown, summary_of
 from labkit.grading.roster import Submission, grade_in_worker, notebooks_beside, proxy_from_zip
@@ -331,6 +338,13 @@ def main(argv: list[str] | None = None) -> int:
         "--feedback", metavar="PATH", help="also write the feedback Gradescope shows (Markdown)"
     )
     args = parser.parse_args(argv)
+    return run_command(lambda: _grade_and_show(args))
+
+
+def _grade_and_show(args: argparse.Namespace) -> int:
+    """``run`` as ``main``'s ``args`` say, and what it found on the terminal: 0 when graded
+    (with ``--show``: 1 unless every test passed), ``GraderEnvironmentError``'s exit code when
+    the grader could not grade at all."""
     course = Path(args.course) if args.course else None
     results = run(Path(args.root), args.rubric, course)
     written = Path(args.root) / "results" / "results.json"
@@ -344,12 +358,13 @@ def main(argv: list[str] | None = None) -> int:
         return GraderEnvironmentError.exit_code
     if not args.show:
         print(f"score {results['score']}; wrote {written}")
-        return 0
+        return ExitCode.PASSED
     print(results_table(results))
     also = f" and {args.feedback}, the feedback it shows" if args.feedback else ""
     print(f"Wrote {written}, Gradescope's results for this grade{also}.")
     tests = results["tests"]
-    return 0 if tests and all(t["status"] == "passed" for t in tests) else 1
+    passed = tests and all(t["status"] == "passed" for t in tests)
+    return ExitCode.PASSED if passed else ExitCode.CHECK_FAILED
 
 
 if __name__ == "__main__":

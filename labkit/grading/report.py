@@ -13,6 +13,7 @@ from typing import Any
 from labkit.checks import CHECK_IDS, CheckResult
 from labkit.checks.catalogue import BY_ID
 from labkit.checks.result import MARKS
+from labkit.errors import ProblemKind
 from labkit.grading.rubric import Rubric, is_part_id
 from labkit.grading.similarity import SimilarityRow
 
@@ -39,9 +40,10 @@ def summary_of(check_id: str) -> str:
 
 @dataclass(frozen=True)
 class Problem:
-    """Why a submission could not be graded (fully): ``kind`` is stable, ``message`` plain."""
+    """Why a submission could not be graded (fully): ``kind`` is stable (one of
+    ``ProblemKind``, the kind of the error that caused it, if one did), ``message`` plain."""
 
-    kind: str
+    kind: ProblemKind
     message: str
     details: str = ""
 

@@ -34,7 +34,7 @@ from typing import Literal
 
 from labkit.checks.catalogue import select
 from labkit.checks.machine import Budget, cpu_limit
-from labkit.errors import GradingError
+from labkit.errors import GradingError, RelayedError
 from labkit.grading.environment import require_environment
 from labkit.grading.report import Problem, SubmissionReport
 from labkit.grading.rubric import Rubric
@@ -266,7 +266,8 @@ def grade_in_worker(
         )
         elapsed = time.monotonic() - started
         return _failed(submission, rubric, ids, problem, elapsed, course, parts)
-    raise GradingError(outcome.error)  # "setup_error": the CLI prints it after "error: "
+    # "setup_error": raised again here, to exit as the worker's error would have
+    raise RelayedError(outcome.error, cause=outcome.error_kind)
 
 
 def _failed(

@@ -21,7 +21,7 @@ import psutil
 from labkit.checks.machine import Budget
 from labkit.errors import (
     AppStartupError,
-    InvalidTargetError,
+    LabkitError,
     LoadFailure,
     MemoryLimitExceeded,
     ServerExitedError,
@@ -165,11 +165,13 @@ def start_proxy(
 
 
 def problem_from(exc: BaseException, file_name: str) -> Problem:
-    """A plain account of why the proxy in ``file_name`` did not start, and what to do."""
+    """A plain account of why the proxy in ``file_name`` did not start, and what to do. Its
+    kind is the error's (``exc.kind``); a file that could not be loaded, how the child saw it
+    fail (``TargetLoadError.reason``); anything but a ``LabkitError``, ``start_failed``."""
     if isinstance(exc, MemoryLimitExceeded):
         limit = exc.limit_bytes // (1024 * 1024)
         return Problem(
-            "memory_limit",
+            exc.kind,
             f"the proxy in {file_name} was stopped: it held more than {limit} MiB of memory "
             f"while it started (the limit for one proxy process). {AGAIN}",
         )
@@ -177,26 +179,26 @@ def problem_from(exc: BaseException, file_name: str) -> Problem:
         return Problem(exc.reason, _load_message(exc.reason, exc.error, file_name), exc.details)
     if isinstance(exc, AppStartupError):
         return Problem(
-            "startup_failed",
+            exc.kind,
             f"the app in {file_name} failed at startup: {exc.error}. Check its lifespan or "
             f"startup code (it runs with UPSTREAM_URL and USAGE_LOG set). {AGAIN}",
             exc.details,
         )
     if isinstance(exc, StartTimeoutError):
         return Problem(
-            "start_timeout",
+            exc.kind,
             f"the proxy in {file_name} did not start within {exc.timeout:g} s: is there an "
             f"endless loop or a long wait at import or startup? {AGAIN}",
         )
     if isinstance(exc, ServerExitedError):
         return Problem(
-            "exited",
+            exc.kind,
             f"the proxy in {file_name} exited before it was serving ({exc.how}). {AGAIN}",
             exc.stderr_tail,
         )
-    if isinstance(exc, InvalidTargetError | ServerStartError):
-        return Problem("start_failed", f"the proxy in {file_name} did not start: {exc}")
-    return Problem("start_failed", f"the proxy in {file_name} did not start: {exc!r}")
+    if isinstance(exc, LabkitError):
+        return Problem(exc.kind, f"the proxy in {file_name} did not start: {exc}")
+    return Problem(ServerStartError.kind, f"the proxy in {file_name} did not start: {exc!r}")
 
 
 def _load_message(reason: LoadFailure, error: str, file_name: str) -> str:

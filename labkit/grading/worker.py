@@ -18,9 +18,10 @@ moves into a network namespace of its own with only loopback in it
 reaches nothing outside this one grading. Grading against a real engine (``--engine``) keeps the
 machine's network, since the engine is outside it. Its stdout is one
 :class:`WorkerOutcome` as JSON, whose ``kind`` says what it holds: ``report`` (the submission's
-report) or ``setup_error`` (grading itself could not be set up, and why). The exit status (0, or
-2 for a setup error, with the reason on stderr too) is for a person running it by hand; the
-parent reads the outcome.
+report) or ``setup_error`` (grading itself could not be set up: why, and the error's kind, which
+the parent raises again as a ``RelayedError`` that exits as this error would have). The exit
+status (0, or the error's exit code with the reason on stderr, through ``run_command`` as every
+entry point) is for a person running it by hand; the parent reads the outcome.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any, Literal, get_args
 
 from labkit.checks import CheckResult
 from labkit.checks.machine import Budget
-from labkit.errors import LabkitError
+from labkit.errors import PROBLEM_KINDS, LabkitError, ProblemKind, UsageError, run_command
 from labkit.grading.grader import agrade_file
 from labkit.grading.network import Network, enter_own_namespace
 from labkit.grading.report import SubmissionReport
@@ -55,9 +56,17 @@ class WorkerOutcome:
     kind: OutcomeKind
     report: dict[str, Any] = field(default_factory=dict)
     error: str = ""  # for "setup_error": the reason, as the CLI prints it after "error: "
+    error_kind: ProblemKind = "labkit_error"  # for "setup_error": the kind of that error
 
     def to_json(self) -> str:
-        return json.dumps({"kind": self.kind, "report": self.report, "error": self.error})
+        return json.dumps(
+            {
+                "kind": self.kind,
+                "report": self.report,
+                "error": self.error,
+                "error_kind": self.error_kind,
+            }
+        )
 
     @classmethod
     def parse(cls, text: str | bytes) -> WorkerOutcome:
@@ -67,9 +76,14 @@ class WorkerOutcome:
         if not isinstance(data, dict) or data.get("kind") not in _KINDS:
             raise ValueError(f"not a worker outcome: {str(data)[:200]!r}")
         report, error = data.get("report", {}), data.get("error", "")
-        if not isinstance(report, dict) or not isinstance(error, str):
+        error_kind = data.get("error_kind", "labkit_error")
+        if (
+            not isinstance(report, dict)
+            or not isinstance(error, str)
+            or error_kind not in PROBLEM_KINDS
+        ):
             raise ValueError(f"not a worker outcome: {str(data)[:200]!r}")
-        return cls(data["kind"], report, error)
+        return cls(data["kind"], report, error, error_kind)
 
 
 async def _grade(args: argparse.Namespace, rubric: Rubric, network: Network) -> SubmissionReport:
@@ -123,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.parts_only and not args.course:
         parser.error("--parts-only grades the notebook parts: give --course DIR too")
+    return run_command(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Grade as ``args`` say and print the outcome; a setup error is printed as one too, then
+    raised for ``run_command`` to show."""
     try:
         network = (
             Network(False, f"grading against the engine at {args.engine}, outside the grading")
@@ -131,10 +151,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         rubric = Rubric.load(args.rubric)
         report = asyncio.run(_grade(args, rubric, network))
-    except (LabkitError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.stdout.write(WorkerOutcome("setup_error", error=str(exc)).to_json() + "\n")
-        return 2
+    except (LabkitError, ValueError) as exc:  # ValueError: an unknown check id in --only
+        error = exc if isinstance(exc, LabkitError) else UsageError(str(exc))
+        outcome = WorkerOutcome("setup_error", error=str(error), error_kind=error.kind)
+        sys.stdout.write(outcome.to_json() + "\n")
+        raise error from None
     sys.stdout.write(WorkerOutcome("report", report=report.to_json()).to_json() + "\n")
     return 0
 

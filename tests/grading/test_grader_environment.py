@@ -186,7 +186,7 @@ def test_labkit_grade_grades_nothing_and_writes_no_score(
     shutil.copy(REFERENCE, proxy)
     target = tmp_path / "results.json"
 
-    assert main(["grade", str(proxy), "--gradescope", str(target)]) == 2
+    assert main(["grade", str(proxy), "--gradescope", str(target)]) == 3
 
     out, err = capsys.readouterr()
     assert out == "", "a report was shown"
@@ -206,7 +206,7 @@ def test_grade_class_grades_no_one(
         shutil.copy(REFERENCE, folder / f"{learner}.py")
     out = tmp_path / "grades"
 
-    assert main(["grade-class", str(folder), "--out", str(out)]) == 2
+    assert main(["grade-class", str(folder), "--out", str(out)]) == 3
 
     assert "error: The grader's environment is broken" in capsys.readouterr().err
     assert not (out / "grades.csv").exists()
@@ -222,7 +222,7 @@ def test_gradescope_writes_no_score_and_says_the_grader_is_at_fault(
     (root / "submission").mkdir(parents=True)
     shutil.copy(REFERENCE, root / "submission" / "proxy.py")
 
-    assert gradescope.main(["--root", str(root)]) == 2
+    assert gradescope.main(["--root", str(root)]) == 3
 
     results = json.loads((root / "results" / "results.json").read_text())
     assert "score" not in results and "tests" not in results, results

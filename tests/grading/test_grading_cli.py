@@ -227,28 +227,34 @@ def test_a_bad_rubric_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFix
 def test_a_worker_that_cannot_set_up_grading_raises_grading_error_with_its_reason(
     tmp_path: Path,
 ) -> None:
-    """The worker reports a typed ``setup_error`` outcome; the roster raises it as is."""
-    from labkit.grading.roster import GradingError, Submission, grade_in_worker
+    """The worker reports a typed ``setup_error`` outcome; the roster raises it again, with its
+    kind and so its exit code (a rubric that cannot be used: the input is wrong, 2)."""
+    from labkit.errors import RelayedError, RubricError
+    from labkit.grading.roster import Submission, grade_in_worker
     from labkit.grading.rubric import Rubric
 
     bad = tmp_path / "rubric.toml"
     bad.write_text("[weights]\ntrikle = 2\n")  # the worker loads it: this process does not
     submission = tmp_path / "proxy.py"
     submission.write_text("app = None\n")
-    with pytest.raises(GradingError) as info:
+    with pytest.raises(RelayedError) as info:
         grade_in_worker(Submission("alice", submission), Rubric(), rubric_path=str(bad))
     message = str(info.value)
     assert "unknown check 'trikle' in [weights]" in message
     assert not message.startswith("error: ")
+    assert info.value.cause == RubricError.kind
+    assert info.value.exit_code == 2
 
 
 def test_a_worker_outcome_is_a_report_or_a_setup_error_and_nothing_else() -> None:
     from labkit.grading.worker import WorkerOutcome
 
-    outcome = WorkerOutcome("setup_error", error="no mock")
+    outcome = WorkerOutcome("setup_error", error="no mock", error_kind="start_failed")
     assert WorkerOutcome.parse(outcome.to_json()) == outcome
+    assert WorkerOutcome.parse('{"kind": "setup_error", "error": "x"}').error_kind == "labkit_error"
     assert WorkerOutcome.parse(WorkerOutcome("report", {"a": 1}).to_json()).report == {"a": 1}
-    for text in ('{"name": "alice"}', '{"kind": "crashed"}', "[]", "Traceback"):
+    unknown_kind = '{"kind": "setup_error", "error": "x", "error_kind": "oops"}'
+    for text in ('{"name": "alice"}', '{"kind": "crashed"}', "[]", "Traceback", unknown_kind):
         with pytest.raises(ValueError):
             WorkerOutcome.parse(text)
 

@@ -2,9 +2,11 @@
 message.
 
 Every exception class labkit defines lives in ``labkit/errors.py`` under ``LabkitError``, with a
-``kind`` of its own and the ``exit_code`` the CLI uses. Why a submission's proxy did not start
-travels as a kind from the child process to the grader's report; the proof is a test that
-rewords every message and sees the same verdicts for real failing submissions.
+``kind`` of its own and the ``exit_code`` the CLI uses (its family's). The kinds are one
+vocabulary, ``ProblemKind``: a report's problem has the kind of the error that caused it. Why a
+submission's proxy did not start travels as a kind from the child process to the grader's
+report; the proof is a test that rewords every message and sees the same verdicts for real
+failing submissions.
 
 ``mock_upstream`` is a separate package, not labkit: its own ``ApiError``, ``ScenarioError`` and
 ``ConnectionDropped`` stay there, and these tests walk ``labkit`` only.
@@ -30,7 +32,28 @@ import pytest
 import labkit
 import labkit.errors as errors
 from labkit.cli import main
-from labkit.errors import LabkitError, LoadFailure, TargetLoadError, UsageError
+from labkit.errors import (
+    PROBLEM_KINDS,
+    AppStartupError,
+    ExitCode,
+    InputError,
+    InvalidTargetError,
+    LabkitError,
+    LoadFailure,
+    MachineLacks,
+    MemoryLimitExceeded,
+    PortInUseError,
+    RelayedError,
+    RubricError,
+    SandboxUnavailableError,
+    ServerExitedError,
+    ServerStartError,
+    StartTimeoutError,
+    TargetLoadError,
+    UsageError,
+    exit_code_of,
+    run_command,
+)
 from labkit.grading import sandbox
 from labkit.grading.cgroups import Cgroup
 from labkit.grading.isolation import Limits
@@ -151,10 +174,130 @@ def test_every_error_class_has_a_snake_case_kind_of_its_own() -> None:
     assert len(kinds) == len(set(kinds)), sorted(k for k in kinds if kinds.count(k) > 1)
 
 
-def test_every_error_stops_the_cli_with_exit_code_two() -> None:
-    """2 is a usage or setup error (the CLI's docstring); 1 is kept for a failed check."""
+def test_every_error_class_kind_is_a_problem_kind() -> None:
+    """One vocabulary: mypy holds each class's ``kind`` to ``ProblemKind``; this holds every
+    class, walked at run time (mypy does not check the tests' own)."""
+    assert {cls.kind for cls in _error_classes()} <= PROBLEM_KINDS
+
+
+def _problem_kinds_written_in_the_source() -> Iterator[tuple[str, str]]:
+    """Every ``Problem(...)`` of labkit's source and its kind: a string written there, or
+    ``X.kind`` of an error class (``exc.kind``, ``exc.reason``: read at run time, below)."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "Problem" and node.args:
+                kind = node.args[0]
+                where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+                if isinstance(kind, ast.Constant):
+                    yield where, str(kind.value)
+                elif isinstance(kind, ast.Attribute) and kind.attr == "kind":
+                    owner = ast.unparse(kind.value)
+                    if owner[:1].isupper():  # a class: MemoryLimitExceeded.kind
+                        yield where, getattr(errors, owner).kind
+                    else:
+                        assert owner == "exc", where
+                else:
+                    assert ast.unparse(kind) == "exc.reason", where  # a LoadFailure
+
+
+def test_every_problem_kind_the_grader_writes_is_a_problem_kind() -> None:
+    written = list(_problem_kinds_written_in_the_source())
+    kinds = {kind for _, kind in written}
+    assert kinds <= PROBLEM_KINDS, written
+    # the walk found the grader's own (those of the errors: test_the_problem_an_error_caused...)
+    assert {"no_file", "no_answer", "submission_timeout", "grader_crashed", "memory_limit"} <= kinds
+    assert set(get_args(LoadFailure)) <= PROBLEM_KINDS
+
+
+PROBLEMS_FROM_ERRORS: list[BaseException] = [
+    MemoryLimitExceeded(name="proxy", limit_bytes=384 * 1024 * 1024),
+    AppStartupError(name="proxy", error="RuntimeError: no database"),
+    StartTimeoutError(name="proxy", timeout=8.0),
+    ServerExitedError(name="proxy", how="the server process exited with code 3"),
+    PortInUseError(name="proxy", host="127.0.0.1", port=8901),
+    ServerStartError("'proxy' could not bind", name="proxy"),
+    InvalidTargetError("proxy", "there is no file proxy.py"),
+]
+
+
+@pytest.mark.parametrize("exc", PROBLEMS_FROM_ERRORS, ids=lambda e: type(e).__name__)
+def test_the_problem_an_error_caused_has_that_errors_kind(exc: LabkitError) -> None:
+    """Bug: the report named a failure with a second vocabulary (``startup_failed`` for
+    ``app_startup_failed``, ``exited`` for ``server_exited``, ``memory_limit`` for
+    ``memory_limit_exceeded``), two lists of names that drift apart. Fix: one ``ProblemKind``,
+    and a problem's kind is its error's; the report's (public) names were kept."""
+    assert problem_from(exc, "proxy.py").kind == type(exc).kind
+
+
+def test_the_reports_public_kinds_are_the_error_classes_kinds() -> None:
+    """The names instructors read in the JSON report and grades.csv (docs/instructors.md)."""
+    assert AppStartupError.kind == "startup_failed"
+    assert ServerExitedError.kind == "exited"
+    assert MemoryLimitExceeded.kind == "memory_limit"
+    assert StartTimeoutError.kind == "start_timeout"
+    assert ServerStartError.kind == "start_failed"
+    assert problem_from(RuntimeError("odd"), "proxy.py").kind == "start_failed"
+
+
+def test_each_family_has_its_exit_code() -> None:
+    """2: the input is wrong; 3: this machine lacks something; 4: anything else labkit could
+    not do. 0 and 1 are what a command that ran found (every check passed, or not)."""
+    for cls in _error_classes():
+        if issubclass(cls, InputError):
+            assert cls.exit_code == ExitCode.INPUT == 2, cls
+        elif issubclass(cls, MachineLacks):
+            assert cls.exit_code == ExitCode.MACHINE == 3, cls
+        else:
+            assert cls.exit_code == ExitCode.FAILED == 4, cls
     assert UsageError.exit_code == 2
-    assert {cls.exit_code for cls in _error_classes()} == {2}
+    assert (ExitCode.PASSED, ExitCode.CHECK_FAILED, ExitCode.INTERRUPTED) == (0, 1, 130)
+
+
+def test_a_relayed_error_exits_as_the_error_it_relays() -> None:
+    """A grading worker's setup error, raised again in the CLI's process, keeps its exit code:
+    a sandbox the worker could not use is still "this machine lacks it"."""
+    assert RelayedError("no bwrap", cause=SandboxUnavailableError.kind).exit_code == 3
+    assert RelayedError("bad rubric", cause=RubricError.kind).exit_code == 2
+    assert RelayedError("odd", cause="no_answer").exit_code == exit_code_of("no_answer") == 4
+    assert RelayedError.exit_code == 4
+
+
+def test_every_entry_point_has_the_one_handler(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each ``main`` runs through ``run_command``: an error is one line and its exit code, and
+    a note the command line added (which option) follows the library's message."""
+    import labkit.grading.classroom
+    import labkit.grading.environment
+    import labkit.grading.gradescope
+    import labkit.grading.worker
+
+    for module in (
+        labkit.cli,
+        labkit.grading.classroom,
+        labkit.grading.environment,
+        labkit.grading.gradescope,
+        labkit.grading.worker,
+    ):
+        assert "run_command(" in inspect.getsource(module.main), module.__name__
+
+    def body() -> int:
+        error = RubricError("r.toml", "weights.x is 'a', expected a number")
+        error.add_note("Or leave --rubric out to use the default rubric.")
+        raise error
+
+    assert run_command(body) == 2
+    assert capsys.readouterr().err == (
+        "error: Rubric r.toml: weights.x is 'a', expected a number. Fix the file. Or leave "
+        "--rubric out to use the default rubric.\n"
+    )
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    assert run_command(interrupted) == 130
+    assert capsys.readouterr().err == "interrupted\n"
 
 
 def test_the_cli_exits_with_the_code_the_error_carries(
@@ -301,6 +444,18 @@ def test_rewording_every_message_changes_no_start_failure_verdict(
     assert problem_from(exc, "proxy.py").kind == verdict
 
 
+def test_the_cli_says_which_option_gave_a_rubric_that_cannot_be_used(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rubric = tmp_path / "rubric.toml"
+    rubric.write_text("max_score = -1\n")
+    assert main(["grade", "proxy.py", "--rubric", str(rubric)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: Rubric {rubric}: max_score = -1 is not valid; expected a number >= 0. Fix the "
+        "file. Or leave --rubric out to use the default rubric.\n"
+    )
+
+
 def test_errors_py_imports_nothing_from_labkit() -> None:
     """The bottom of the layers: every other module may import its errors from it."""
     tree = ast.parse(inspect.getsource(errors))
@@ -318,7 +473,7 @@ def test_a_sandbox_that_cannot_run_is_a_setup_error_not_a_crashed_grader(
 ) -> None:
     """Bug: with LABKIT_SANDBOX=bubblewrap and a bwrap that cannot run, the worker died of a
     bare RuntimeError, and the submission was reported ``grader_crashed``. Fix: the error is a
-    LabkitError, which the worker reports as a setup error and the CLI prints (exit code 2)."""
+    LabkitError, which the CLI prints, with exit code 3: this machine lacks the sandbox."""
     refusing = tmp_path / "bin"
     refusing.mkdir()
     bwrap = refusing / "bwrap"
@@ -329,7 +484,7 @@ def test_a_sandbox_that_cannot_run_is_a_setup_error_not_a_crashed_grader(
     submission = tmp_path / "proxy.py"
     submission.write_text("from fastapi import FastAPI\n\napp = FastAPI()\n", encoding="utf-8")
 
-    assert main(["grade", str(submission), "--only", "trickle"]) == 2
+    assert main(["grade", str(submission), "--only", "trickle"]) == 3
     out, err = capsys.readouterr()
     assert out == ""
     assert err == (

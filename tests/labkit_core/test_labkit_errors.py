@@ -14,19 +14,25 @@ import labkit.errors as errors
 from labkit.errors import (
     AlreadyStartedError,
     AppStartupError,
+    BundleError,
     CaptureError,
     EngineBuildError,
     EngineNotBuiltError,
     EngineReadError,
     GatewayFailure,
     GraderEnvironmentError,
+    InputError,
     InvalidTargetError,
     LabkitError,
+    MachineLacks,
     MemoryLimitExceeded,
     MockUpstreamError,
     NginxNotFoundError,
+    NotGradable,
     PortInUseError,
+    ProxyFileError,
     RedisNotFoundError,
+    RelayedError,
     RubricError,
     SandboxUnavailableError,
     ServerExitedError,
@@ -34,6 +40,7 @@ from labkit.errors import (
     SettingError,
     StartTimeoutError,
     TargetLoadError,
+    UsageError,
 )
 
 PINNED: list[tuple[Exception, str]] = [
@@ -171,8 +178,7 @@ PINNED: list[tuple[Exception, str]] = [
     ),
     (
         RubricError("rubric.toml", "weights.trickle is 'a lot', expected a number"),
-        "Rubric rubric.toml: weights.trickle is 'a lot', expected a number. Fix the file, or "
-        "leave --rubric out.",
+        "Rubric rubric.toml: weights.trickle is 'a lot', expected a number. Fix the file.",
     ),
     (
         SettingError(
@@ -193,14 +199,15 @@ def test_every_error_class_that_builds_its_message_has_it_pinned() -> None:
     """A class whose constructor takes the facts writes the message here, so it is pinned
     here. The others take a whole message from the module that raises them (UsageError from
     the CLI, ProxyFileError from proxy_file...), whose own tests pin it; ServerStartError is
-    one of those too, and the root of the start failures."""
+    one of those too, and the root of the start failures, and so is RelayedError (a worker's
+    message, relayed)."""
     builds_its_message = {
         obj
         for obj in vars(errors).values()
         if inspect.isclass(obj) and issubclass(obj, LabkitError) and "__init__" in vars(obj)
     }
     pinned = {type(error) for error, _ in PINNED}
-    assert builds_its_message - pinned == {ServerStartError}
+    assert builds_its_message - pinned == {ServerStartError, RelayedError}
 
 
 def test_hierarchy_matches_the_docstring() -> None:
@@ -208,6 +215,10 @@ def test_hierarchy_matches_the_docstring() -> None:
         assert issubclass(cls, ServerStartError)
     assert issubclass(TargetLoadError, ServerStartError)
     assert issubclass(InvalidTargetError, ValueError)
+    for cls in (UsageError, SettingError, RubricError, ProxyFileError, NotGradable, BundleError):
+        assert issubclass(cls, InputError)
+    for cls in (NginxNotFoundError, EngineNotBuiltError, SandboxUnavailableError):
+        assert issubclass(cls, MachineLacks)
     doc = errors.__doc__ or ""
     for name in errors.__all__:
         if inspect.isclass(getattr(errors, name)):
