@@ -16,8 +16,8 @@ Layers, bottom first (a module imports from its own layer and the ones before it
 later one; tests/labkit_core/test_layers.py reads this list and enforces it):
 
     mock: mock_upstream
-    core: errors settings wire sse scrape _blocking _ssl _decompress _capture_model _recorder
-          capture servers regions packaging
+    core: errors settings wire sse messages_api scrape _blocking _ssl _decompress _capture_model
+          _recorder capture servers regions packaging
     services: engine upstream chat stream_gateway plots
     checks: checks notebook_checks
     grading: grading
@@ -74,6 +74,8 @@ if typing.TYPE_CHECKING:
     from labkit.errors import ServerStartError as ServerStartError
     from labkit.errors import StartTimeoutError as StartTimeoutError
     from labkit.errors import TargetLoadError as TargetLoadError
+    from labkit.messages_api import anthropic_events as anthropic_events
+    from labkit.messages_api import anthropic_request as anthropic_request
     from labkit.notebook_checks import NotebookChecks as NotebookChecks
     from labkit.plots import plot_cancellation as plot_cancellation
     from labkit.plots import plot_gaps as plot_gaps
@@ -139,6 +141,8 @@ _WHERE = {
     "TargetLoadError": "labkit.errors",
     "ThreadServer": "labkit.servers",
     "acapture_stream": "labkit.capture",
+    "anthropic_events": "labkit.messages_api",
+    "anthropic_request": "labkit.messages_api",
     "arun_checks": "labkit.checks",
     "browser_problem": "labkit.chat.browser",
     "capture_stream": "labkit.capture",
