@@ -17,7 +17,7 @@ from pathlib import Path
 
 import labkit
 import mock_upstream
-from labkit.errors import LabkitError
+from labkit.errors import BundleError
 
 __all__ = [
     "DISTRIBUTION",
@@ -77,7 +77,10 @@ def render(name: str, **values: str) -> str:
         text = text.replace(f"@{key}@", value)
     leftover = re.search(r"@[A-Z_]+@", text)
     if leftover:
-        raise LabkitError(f"bundle template {name} has no value for {leftover.group(0)}")
+        raise BundleError(
+            f"Expected a value for every @KEY@ of the bundle template {name}, got none for "
+            f"{leftover.group(0)}: pass render() one for it."
+        )
     return text
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import nbformat
 
-from labkit.errors import LabkitError
+from labkit.errors import BundleError
 from labkit.grading.classroom import RUBRIC_FILE, WORKFLOW_FILE, digests, step_points, workflow
 from labkit.grading.notebook_parts import write_course
 from labkit.grading.rubric import Rubric
@@ -88,7 +88,7 @@ class Bundle:
 def _notebooks(source_dir: Path) -> list[Path]:
     found = sorted(source_dir.glob("[0-9][0-9]_*.ipynb"))
     if not found:
-        raise LabkitError(
+        raise BundleError(
             f"No notebooks found in {source_dir}: expected files named NN_topic.ipynb. "
             "Pass the folder that holds the instructor notebooks (e.g. notebooks/)."
         )
@@ -108,7 +108,7 @@ def part_owners(source_dir: Path) -> dict[str, str]:
         for body in part_cells(nbformat.read(path, as_version=4)):
             for name in part_functions(body):
                 if name in owners and owners[name] != path.stem:
-                    raise LabkitError(
+                    raise BundleError(
                         f"{name} is written by both {owners[name]} and {path.stem}: one "
                         "function of proxy.py belongs to one notebook."
                     )
@@ -168,7 +168,7 @@ def stub_proxy(solution: str, notebooks_dir: Path) -> tuple[str, int]:
         {r.function for r in found if r.function not in owners and not by_section[r.line]}
     )
     if orphans:
-        raise LabkitError(
+        raise BundleError(
             f"solutions/proxy.py has solution regions in {', '.join(orphans)}, which no "
             "notebook writes: add a %%proxy_part cell for each to the notebook that teaches "
             "it, or put it under that notebook's '# NN · ...' section."
@@ -197,12 +197,12 @@ def make_bundle(
     rubric = rubric or Rubric()
     step_points(rubric)  # a rubric Classroom cannot use stops here, before anything is written
     if out.exists() and any(out.iterdir()):
-        raise LabkitError(
+        raise BundleError(
             f"{out} already exists and is not empty: the bundle is written into a new folder. "
             f"Remove it or pick another, e.g. --out {out}-2."
         )
     if not solution.is_file():
-        raise LabkitError(
+        raise BundleError(
             f"There is no {solution}: the bundle's proxy.py is made from the instructor's "
             "solutions/proxy.py. Run this from the repository, or pass --solution."
         )

@@ -41,7 +41,7 @@ from typing import Final
 from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from labkit.errors import LabkitError
+from labkit.errors import ChatPageError
 
 __all__ = [
     "MACHINE_BEGIN",
@@ -91,7 +91,7 @@ def page_html(machine: str | None = None, *, resumable: bool = True) -> str:
             "return the code of inputOf and nextState as one string."
         )
     if "</script" in machine.lower():
-        raise LabkitError(
+        raise ChatPageError(
             "The state machine contains '</script', which would end the page's script early: "
             "write only the JavaScript of inputOf and nextState (and TERMINAL)."
         )

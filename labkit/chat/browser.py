@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from labkit.errors import BrowserUnavailableError, LabkitError
+from labkit.errors import BrowserUnavailableError, ChatWaitTimeout
 from labkit.settings import CHROMIUM
 
 __all__ = [
@@ -256,7 +256,7 @@ class ChatTab:
             errors = (
                 f"; the page's script failed: {self.page_errors[0]}" if self.page_errors else ""
             )
-            raise LabkitError(
+            raise ChatWaitTimeout(
                 f"The chat page did not reach {what} within {limit:g} s: its state is "
                 f"{seen.state!r} with {len(seen.answer)} characters shown{errors}."
             ) from None

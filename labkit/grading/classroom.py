@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.checks import CHECKS
-from labkit.errors import GradingError, LabkitError, run_command
+from labkit.errors import BundleError, GradingError, run_command
 from labkit.grading.report import summary_of
 from labkit.grading.rubric import Rubric, is_part_id
 
@@ -95,7 +95,7 @@ def grader_files(root: Path) -> list[str]:
     ]
     missing = [name for name in (*GRADER_FILES, GRADER_LOCK) if not (root / name).is_file()]
     if missing:
-        raise LabkitError(
+        raise BundleError(
             f"The bundle at {root} has no {', '.join(missing)}: write the workflow after the "
             "rest of the bundle."
         )
@@ -176,13 +176,13 @@ def _install_step() -> list[str]:
 def step_points(rubric: Rubric, parts: Sequence[str] = ()) -> dict[str, float]:
     """Each graded step's whole points, by check id and in-notebook part id (``parts``; those
     worth 0 have no step); they add up to ``rubric.max_score``, the parts sharing its
-    ``notebook_share``. Raises ``LabkitError`` for a ``max_score`` that is not whole."""
+    ``notebook_share``. Raises ``BundleError`` for a ``max_score`` that is not whole."""
     checks = [c.id for c in CHECKS if rubric.weight(c.id) > 0]
     counted = [i for i in parts if rubric.weight(i) > 0]
     try:
         points = rubric.allot(checks, unit=1)
     except ValueError:
-        raise LabkitError(
+        raise BundleError(
             f"GitHub Classroom counts whole points (its command grader reads max-score as an "
             f"integer), and the rubric's max_score is {rubric.max_score:g}. Set max_score to a "
             "whole number in the rubric, then make the bundle again."
@@ -205,7 +205,11 @@ def workflow(rubric: Rubric, manifest: str, parts: Sequence[str] = ()) -> str:
     steps += [(i, summary_of(i)) for i in parts if i in points]
     runners = ",".join(runner_id(i) for i, _ in steps)
     if not RUNNER_PATTERN.match(runners):
-        raise LabkitError(f"step ids {runners!r} do not match the reporter's {RUNNER_PATTERN}")
+        raise BundleError(
+            f"Expected step ids of ASCII letters and digits (GitHub's reporter checks them "
+            f"against {RUNNER_PATTERN.pattern}), got {runners!r}: name each in-notebook part "
+            "with ASCII letters, digits and underscores."
+        )
     lines = [
         "# GitHub Classroom autograding for the Streaming Proxy Lab: one graded step per check,",
         "# run by a grader checked against the digests `labkit student` wrote below. Tests added",

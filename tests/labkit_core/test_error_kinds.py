@@ -456,6 +456,19 @@ def test_the_cli_says_which_option_gave_a_rubric_that_cannot_be_used(
     )
 
 
+def test_no_error_is_the_bare_root() -> None:
+    """Bug: ten places raised ``LabkitError`` itself, so a caller could not tell a bundle that
+    cannot be made from a chat page that timed out, and each exited as the root does. Fix: each
+    raises a class of its own (``BundleError``, ``ChatPageError``, ``ChatWaitTimeout``)."""
+    bare = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "LabkitError"
+    ]
+    assert bare == []
+
+
 def test_errors_py_imports_nothing_from_labkit() -> None:
     """The bottom of the layers: every other module may import its errors from it."""
     tree = ast.parse(inspect.getsource(errors))
