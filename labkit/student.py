@@ -215,7 +215,7 @@ def make_bundle(
     copy_packages(out)
     # the in-notebook parts' graded cells (solutions stubbed), for `make grade` and the
     # workflow's part steps: what the Gradescope autograder's grader carries too
-    course = write_course(notebooks, out / "labkit" / "bundle_files")
+    course = write_course(notebooks, out / "labkit" / "bundle_files", solution)
 
     conda_pip = "\n".join(f"      - {r}" for r in locked_requirements())
     files = {

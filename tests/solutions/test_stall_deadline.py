@@ -17,11 +17,11 @@ writes down when its reader first waits on a full queue (the *stall*, in ``time.
 the clock every process here shares) and changes nothing else.
 
 - **mock**, 40,000 tokens paced at 5,000 a second (8 s). With a 0.5 s deadline the record is
-  ``cancelled`` 0.65 s after the stall (bound: the deadline plus 1 s), having generated 4,009
-  of the 40,000 tokens; the usage log has one ``cancelled`` line, and the client's connection
-  is closed. With the deadline out of reach (60 s) the mock is still generating ten times the
-  short deadline after the stall, and goes on to generate every token; nothing is logged while
-  the proxy still holds the client.
+  ``cancelled`` 0.65 s after the stall (bound: the deadline plus 4 s, short of the 8 s the
+  answer runs uncancelled), having generated 4,009 of the 40,000 tokens; the usage log has one
+  ``cancelled`` line, and the client's connection is closed. With the deadline out of reach
+  (60 s) the mock is still generating ten times the short deadline after the stall, and goes on
+  to generate every token; nothing is logged while the proxy still holds the client.
 - **engine**, 400 tokens asked (``top_logprobs`` 100 makes each chunk about 9 KB, so that the
   buffers fill within about 80 tokens): with a 0.5 s deadline the engine was idle 0.54 s after
   the stall, 14 tokens later (bound: the deadline plus 2 s); with 60 s it decoded all 400, 320
@@ -59,7 +59,10 @@ CLIENT_RCVBUF: Final = 4096
 CLIENT_MSS: Final = 1400  # a segment across the internet, not loopback's 64 KB
 TOKENS: Final = 40_000
 PACE: Final = {"ttft_ms": 0, "tps": 5_000, "tokens": TOKENS}  # 8 s of generation
-CANCELLED_WITHIN_S: Final = SHORT_S + 1.0  # after the stall; 0.5-0.6 s measured
+# After the stall: 0.5-0.65 s measured. Without the deadline the upstream is never cancelled
+# (it completes all 8 s of its answer); the bound leaves a machine busy with other tests 4 s
+# (a 1.5 s bound failed once beside four workers).
+CANCELLED_WITHIN_S: Final = SHORT_S + 4.0
 ENGINE_ASKED: Final = 400
 ENGINE_IDLE_WITHIN_S: Final = SHORT_S + 2.0  # after the stall
 
@@ -211,7 +214,7 @@ def test_a_client_that_takes_nothing_is_let_go_and_the_upstream_cancelled(
     )
     assert record["state"] == "cancelled"
     assert ended - stall <= CANCELLED_WITHIN_S
-    assert record["tokens_generated"] < TOKENS // 3
+    assert record["tokens_generated"] < TOKENS * 3 // 4  # 4,009 measured; 40,000 without
     lines = proxy.usage_lines()
     assert [line["outcome"] for line in lines] == ["cancelled"]
     assert str(lines[0]["id"]).startswith("chatcmpl-")
