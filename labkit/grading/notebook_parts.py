@@ -102,12 +102,12 @@ def scaffold_file(notebook: str) -> str:
     return f"proxy_{notebook}.py"
 
 
-def proxy_scaffold(notebooks: Path) -> str:
-    """``proxy.py`` as the learner bundle hands it out: the reference beside ``notebooks``
-    (``../solutions/proxy.py``) with each solution region stubbed in the name of the notebook
-    whose ``# NN · ...`` section holds it (importable: a stand-in runs where there is one).
-    Raises ``GradingError`` when there is no reference there."""
-    solution = notebooks.parent / SOLUTION
+def proxy_scaffold(notebooks: Path, solution: Path | None = None) -> str:
+    """``proxy.py`` as the learner bundle hands it out: the reference ``solution`` (default:
+    ``../solutions/proxy.py`` beside ``notebooks``) with each solution region stubbed in the
+    name of the notebook whose ``# NN · ...`` section holds it (importable: a stand-in runs
+    where there is one). Raises ``GradingError`` when there is no reference there."""
+    solution = solution or notebooks.parent / SOLUTION
     try:
         source = solution.read_text(encoding="utf-8")
     except OSError:
@@ -422,9 +422,10 @@ def notebook_cells(content: bytes, name: str) -> list[NotebookCell]:
     return found
 
 
-def course_notebook(path: Path) -> CourseNotebook | None:
+def course_notebook(path: Path, solution: Path | None = None) -> CourseNotebook | None:
     """The graded cells and parts of the instructor's notebook ``path``; ``None`` when it has
-    no ``graded-check`` cell (nothing of it is graded this way)."""
+    no ``graded-check`` cell (nothing of it is graded this way). ``solution`` is the reference
+    ``proxy.py`` its proxy parts run in, stubbed (default: ``proxy_scaffold``'s)."""
     cells: list[CourseCell] = []
     for cell in notebook_cells(path.read_bytes(), path.name):
         body = part_cell_body(cell.source)
@@ -445,17 +446,19 @@ def course_notebook(path: Path) -> CourseNotebook | None:
     parts = _parts(path.stem, cells)
     judged = {name for part in parts for name in part.judges}
     cells = [c for c in cells if not c.writes_proxy or set(c.owners) & judged]
-    scaffold = proxy_scaffold(path.parent) if any(c.writes_proxy for c in cells) else ""
+    scaffold = proxy_scaffold(path.parent, solution) if any(c.writes_proxy for c in cells) else ""
     return CourseNotebook(path.stem, tuple(cells), parts, scaffold)
 
 
-def course_notebooks(folder: Path) -> list[CourseNotebook]:
+def course_notebooks(folder: Path, solution: Path | None = None) -> list[CourseNotebook]:
     """Every instructor notebook of ``folder`` whose parts are graded, in course order; or,
-    when ``folder`` holds a planned course (``COURSE_FILE``), the course planned in it."""
+    when ``folder`` holds a planned course (``COURSE_FILE``), the course planned in it.
+    ``solution``: the reference ``proxy.py`` (default: beside ``folder``, ``SOLUTION``)."""
     planned = folder / COURSE_FILE
     if planned.is_file():
         return read_course(planned)
-    found = (course_notebook(path) for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")))
+    paths = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
+    found = (course_notebook(path, solution) for path in paths)
     return [course for course in found if course is not None and course.parts]
 
 
@@ -496,11 +499,11 @@ def read_course(path: Path) -> list[CourseNotebook]:
         ) from None
 
 
-def write_course(notebooks: Path, into: Path) -> list[CourseNotebook]:
+def write_course(notebooks: Path, into: Path, solution: Path | None = None) -> list[CourseNotebook]:
     """Plan the course of the instructor's ``notebooks`` (solutions stubbed, as a learner's run
-    takes them) into ``into/COURSE_FILE``, for a grader packaged without the notebooks; returns
-    the course."""
-    course = course_notebooks(notebooks)
+    takes them; ``solution``, the reference ``proxy.py``, as ``course_notebooks`` takes it) into
+    ``into/COURSE_FILE``, for a grader packaged without the notebooks; returns the course."""
+    course = course_notebooks(notebooks, solution)
     into.mkdir(parents=True, exist_ok=True)
     (into / COURSE_FILE).write_text(json.dumps(course_json(course), indent=1) + "\n")
     return course
