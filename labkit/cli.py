@@ -479,7 +479,7 @@ def _run_grade_class(args: argparse.Namespace) -> int:
         try:
             shard = parse_shard(args.shard)
         except ValueError as exc:
-            raise UsageError(str(exc)) from None
+            raise UsageError(f"--shard {exc}") from None
     submissions = roster if shard is None else shard.take(roster)
     threshold = _similarity_threshold(args)
     # a shard sees only its slice: similarity is measured over the class by `labkit merge`

@@ -199,12 +199,12 @@ def make_bundle(
     if out.exists() and any(out.iterdir()):
         raise BundleError(
             f"{out} already exists and is not empty: the bundle is written into a new folder. "
-            f"Remove it or pick another, e.g. --out {out}-2."
+            f"Remove it or pick another, e.g. {out}-2."
         )
     if not solution.is_file():
         raise BundleError(
             f"There is no {solution}: the bundle's proxy.py is made from the instructor's "
-            "solutions/proxy.py. Run this from the repository, or pass --solution."
+            "solutions/proxy.py. Run this from the repository, or pass the solution's path."
         )
     proxy_source, proxy_regions = stub_proxy(solution.read_text(encoding="utf-8"), notebooks)
 

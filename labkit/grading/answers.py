@@ -113,8 +113,8 @@ def course_questions(notebooks_dir: Path) -> list[Question]:
                 questions.append(Question(path.stem, index, _prompt_before(before), answer.strip()))
     if not questions:
         raise AnswersError(
-            f"{notebooks_dir} has no questions (markdown solution regions): pass the "
-            "instructor's notebooks folder with --notebooks."
+            f"{notebooks_dir} has no questions (markdown solution regions): expected the "
+            "instructor's notebooks, whose written answers are solution regions."
         )
     return questions
 
@@ -369,7 +369,7 @@ def fold_manual_marks(grades: Path, marks: Path, key: Path | None = None) -> lis
         if learner not in learners:
             raise AnswersError(
                 f"{marks}, line {line}: {row.get('learner')!r} is not in {grades}"
-                + ("" if key else " (pages written with --anonymise need --key key.csv)")
+                + ("" if key else " (anonymised pages need their key.csv to name the learners)")
                 + "."
             )
         question = row.get("question", "")

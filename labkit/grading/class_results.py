@@ -78,7 +78,7 @@ def parse_shard(text: str) -> Shard:
     match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
     if not match or not 1 <= int(match[1]) <= int(match[2]):
         raise ValueError(
-            f"--shard {text!r} is not K/N with 1 <= K <= N, e.g. --shard 1/4 for the first of "
+            f"{text!r} is not K/N with 1 <= K <= N, e.g. 1/4 for the first of "
             "four slices (a Kubernetes Indexed Job passes $((JOB_COMPLETION_INDEX + 1))/N)."
         )
     return Shard(int(match[1]), int(match[2]))
@@ -154,8 +154,8 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((folder / MANIFEST).read_text())
     except FileNotFoundError:
         raise MergeError(
-            f"{folder} has no {MANIFEST}: it is not the --out folder of `labkit "
-            "grade-class`. Pass the folders the shards wrote."
+            f"{folder} has no {MANIFEST}: it holds no graded shard. Pass the folders the shards "
+            "wrote their results to."
         ) from None
     except ValueError as exc:
         raise MergeError(
@@ -199,8 +199,8 @@ def merge(
         raise MergeError("the shards were graded with different rubrics: grade them all with one.")
     if rubrics and rubrics != {json.dumps(rubric.to_json(), sort_keys=True)}:
         raise MergeError(
-            "the shards were graded with another rubric than this merge's: pass labkit merge "
-            "the same --rubric file as the shards."
+            "the shards were graded with another rubric than this merge's: merge with the "
+            "rubric file the shards were graded with."
         )
     order: dict[str, int] = {}
     reports: list[SubmissionReport] = []
@@ -219,7 +219,7 @@ def merge(
     if len(order) != total:
         raise MergeError(f"the shards graded {len(order)} submissions of a roster of {total}.")
     if any(out.resolve() == folder.resolve() for folder in folders):
-        raise MergeError(f"--out {out} is one of the shard folders: merge into a new folder.")
+        raise MergeError(f"{out} is one of the shard folders: merge into a new folder.")
     recorded = manifests[0][1].get("threshold", DEFAULT_THRESHOLD)
     chosen = float(recorded) if threshold is None else threshold
     return write_results(

@@ -58,7 +58,7 @@ def test_shards_are_disjoint_and_cover_the_roster_in_a_stable_order(tmp_path: Pa
 
 @pytest.mark.parametrize("text", ["0/2", "3/2", "1", "a/b", "1/0"])
 def test_a_bad_shard_says_what_to_write(text: str) -> None:
-    with pytest.raises(ValueError, match=r"is not K/N with 1 <= K <= N, e.g. --shard 1/4"):
+    with pytest.raises(ValueError, match=r"is not K/N with 1 <= K <= N, e.g. 1/4 for the"):
         parse_shard(text)
 
 
@@ -93,12 +93,12 @@ def test_merged_shards_equal_the_unsharded_grades(
         merge([tmp_path / "s1"], tmp_path / "half", Rubric())
     with pytest.raises(MergeError, match=r"are both shard 1/2"):
         merge([tmp_path / "s1", tmp_path / "s1"], tmp_path / "twice", Rubric())
-    with pytest.raises(MergeError, match=r"pass labkit merge the same --rubric file"):
+    with pytest.raises(MergeError, match=r"merge with the rubric file the shards were graded"):
         merge([tmp_path / "s1", tmp_path / "s2"], tmp_path / "other", Rubric(max_score=10))
 
 
 def test_merging_a_folder_that_is_not_a_roster_run_says_what_to_pass(tmp_path: Path) -> None:
-    with pytest.raises(MergeError, match="is not the --out folder of `labkit grade-class`"):
+    with pytest.raises(MergeError, match=r"has no roster\.json: it holds no graded shard"):
         merge([tmp_path], tmp_path / "out", Rubric())
     (tmp_path / "roster.json").write_text(json.dumps({"shard": [1, 1]}) + "{")
     with pytest.raises(MergeError, match="is not valid JSON"):

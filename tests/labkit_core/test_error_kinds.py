@@ -444,6 +444,55 @@ def test_rewording_every_message_changes_no_start_failure_verdict(
     assert problem_from(exc, "proxy.py").kind == verdict
 
 
+#: Library messages that still name an option of ``labkit``'s command line, and why.
+NAMES_AN_OPTION = {
+    "labkit/checks/catalogue.py": (
+        "select()'s 'Use --profile gateway': labkit/checks is another change's; the wording "
+        "moves to the CLI there"
+    ),
+}
+
+
+def _options_of_the_command_line() -> set[str]:
+    options: set[str] = set()
+    parsers = [labkit.cli.build_parser()]
+    while parsers:
+        parser = parsers.pop()
+        for action in parser._actions:
+            options.update(o for o in action.option_strings if o.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+    return options - {"--help"}
+
+
+def _error_messages() -> Iterator[tuple[str, str]]:
+    """Each string written into an exception raised or built outside the CLI, with its file."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = str(path.relative_to(PACKAGE.parent))
+        if where == "labkit/cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and _looks_like_an_exception(node.func):
+                for part in ast.walk(node):
+                    if isinstance(part, ast.Constant) and isinstance(part.value, str):
+                        yield where, part.value
+
+
+def test_library_errors_say_what_is_wrong_and_the_cli_which_option() -> None:
+    """Bug: library errors named the CLI's options ("Fix the file, or leave --rubric out",
+    "e.g. --out x-2"), wrong for a notebook or a script that called the function. Fix: the
+    library says what is wrong; the CLI adds which option (``add_note``, or its own check)."""
+    options = _options_of_the_command_line()
+    assert {"--rubric", "--out", "--shard", "--notebooks", "--solution"} <= options
+    naming = {
+        where
+        for where, text in _error_messages()
+        for option in options
+        if re.search(rf"(^|[\s`(]){re.escape(option)}\b", text)
+    }
+    assert naming <= set(NAMES_AN_OPTION), naming
+
+
 def test_the_cli_says_which_option_gave_a_rubric_that_cannot_be_used(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
