@@ -38,15 +38,15 @@ PATCHES = [
         "        upstream = client.send(upstream_request, stream=True)\n",
     ),
     (
-        "        async for event in sse_events(upstream.aiter_lines()):\n",
-        "        async for event in sse_events(blocking_lines(upstream)):\n",
+        "        async for event in sse_events(sse_lines(upstream.aiter_bytes())):\n",
+        "        async for event in sse_events(sse_lines(blocking_bytes(upstream))):\n",
     ),
     (
         "async def read_events(",
-        "async def blocking_lines(upstream: httpx.Response) -> AsyncIterator[str]:\n"
-        "    for line in upstream.iter_lines():\n"
+        "async def blocking_bytes(upstream: httpx.Response) -> AsyncIterator[bytes]:\n"
+        "    for chunk in upstream.iter_bytes():\n"
         "        await asyncio.sleep(0)\n"
-        "        yield line\n"
+        "        yield chunk\n"
         "\n\n"
         "async def read_events(",
     ),
