@@ -254,6 +254,14 @@ def test_each_family_has_its_exit_code() -> None:
     assert (ExitCode.PASSED, ExitCode.CHECK_FAILED, ExitCode.INTERRUPTED) == (0, 1, 130)
 
 
+def test_the_help_says_what_each_exit_code_means(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == ExitCode.PASSED
+    shown = capsys.readouterr().out
+    assert "exit codes:" in shown
+    for code in ExitCode:
+        assert re.search(rf"^  {code.value}  \S", shown, re.M), code
+
+
 def test_a_relayed_error_exits_as_the_error_it_relays() -> None:
     """A grading worker's setup error, raised again in the CLI's process, keeps its exit code:
     a sandbox the worker could not use is still "this machine lacks it"."""
