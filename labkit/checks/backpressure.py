@@ -47,7 +47,7 @@ only ever runs out for a proxy whose upstream is still sending (a proxy that hol
 still within seconds), so its length costs a correct proxy nothing. It is long enough for the
 slowest shared machine measured, where an unbounded queue took up to 49 s to pass the limit
 (docs/measurements.md, "Three timed checks on a loaded machine"). An inconclusive result is not
-run again (``retry_inconclusive``): a machine too slow for one such window is as slow for a
+run again (``RETRY_INCONCLUSIVE``): a machine too slow for one such window is as slow for a
 second, and two would outlast the submission's time limit (the check's budget, the window and
 5 s, with the proxy's start fits the default 90 s).
 
@@ -55,9 +55,9 @@ Run this check on a mock upstream of its own: at full speed it slows down any ot
 experiment sharing that mock (``arun_checks`` runs it after the others, and below two CPUs
 after every other lane in its event loop, see ``labkit.checks.runner``).
 
-``observe_backpressure`` runs the experiment and returns what it saw (``BackpressureEvidence``);
-``judge_backpressure`` holds every rule, pure, so the rules are tested on constructed samples
-in process (tests/grading/test_judges_backpressure.py). The watch stops on the same rules
+``observe`` runs the experiment and returns what it saw (``BackpressureEvidence``); ``judge``
+holds every rule, pure, so the rules are tested on constructed samples in process
+(tests/checks/test_judges_backpressure.py). The watch stops on the same rules
 (``watch_outcome``) that the judge reads its verdict from.
 """
 
@@ -83,11 +83,18 @@ from mock_upstream.tokenizer import count_tokens
 
 ID = "backpressure"
 STEP = "10_backpressure_and_slow_clients"
+SUMMARY = "a slow reader does not grow the proxy memory"
+MOCK_ONLY = (
+    "needs an upstream streaming flat out, thousands of tokens a second, which only the mock does"
+)
+RETRY_INCONCLUSIVE = False  # a machine too slow for its long window is as slow again
 SEED = 5001
 TOKENS = 400_000  # ~43 MB of events: four times what the socket buffers held at most
 SCENARIO = {"ttft_ms": 0, "tps": 100_000, "tokens": TOKENS}
 WINDOW_S = 55.0  # at one CPU or more; up to twice as long below (``window_s``)
 MAX_WINDOW_STRETCH = 2.0
+READ_SLACK_S = 5.0  # the reader's read timeout: the window and this
+BUDGET_S = WINDOW_S + READ_SLACK_S
 PLATEAU_S = 1.0
 MAX_CREEP = 200  # tokens the upstream may still send while the buffers are full
 MIN_FLOWING = 1000  # tokens sent before a standstill counts (the stream must have flowed)
@@ -252,7 +259,7 @@ def _rss(pid: int | None) -> int | None:
         return None
 
 
-async def observe_backpressure(ctx: CheckContext) -> BackpressureEvidence:
+async def observe(ctx: CheckContext) -> BackpressureEvidence:
     """Run the experiment: a slow reader against a flat-out upstream, sampled every POLL_S
     until ``watch_outcome`` decides, the reader's stream ends, or ``window_s`` closes."""
     window = window_s(ctx.budget)
@@ -261,7 +268,8 @@ async def observe_backpressure(ctx: CheckContext) -> BackpressureEvidence:
     reader = SlowReader()
     sent_at = time.time()
     body = chat_body(SEED, SCENARIO)
-    client = asyncio.create_task(reader.read(ctx.chat_url, body, timeout_s=window + 5))
+    read_s = window + ctx.budget.stretch(READ_SLACK_S)
+    client = asyncio.create_task(reader.read(ctx.chat_url, body, timeout_s=read_s))
     started = time.monotonic()
     history: list[Sample] = []
     over = False
@@ -304,8 +312,8 @@ async def observe_backpressure(ctx: CheckContext) -> BackpressureEvidence:
     )
 
 
-def judge_backpressure(seen: BackpressureEvidence, budget: Budget) -> CheckResult:
-    """The verdict on what ``observe_backpressure`` saw; ``budget`` is the machine it ran on
+def judge(seen: BackpressureEvidence, budget: Budget) -> CheckResult:
+    """The verdict on what ``observe`` saw; ``budget`` is the machine it ran on
     (its window goes in the evidence)."""
     history = list(seen.samples)
     outcome = watch_outcome(history, stream_over=seen.stream_over)
@@ -367,7 +375,3 @@ def judge_backpressure(seen: BackpressureEvidence, budget: Budget) -> CheckResul
         reason,
         evidence,
     )
-
-
-async def check_backpressure(ctx: CheckContext) -> CheckResult:
-    return judge_backpressure(await observe_backpressure(ctx), ctx.budget)

@@ -18,7 +18,7 @@ and counts them as activity leaves the whole 6 s, as does one that holds the str
 Timing is the client's, in the grader's event loop: if that loop was held up for more than
 GRADER_PAUSE_S meanwhile, a long silence may be the grader's, so the result is inconclusive (and
 run again). ``observe`` runs the experiment; ``judge`` decides, and is tested on constructed
-observations in process (tests/grading/test_judges_comment_silence.py).
+observations in process (tests/checks/test_judges_comment_silence.py).
 """
 
 from __future__ import annotations
@@ -29,10 +29,16 @@ from dataclasses import dataclass
 from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body, finished, ms
 from labkit.checks.loop_watch import watch_loop
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 
 ID = "keepalive_under_comments"
 STEP = "07_heartbeats_and_timeouts"
+SUMMARY = "an upstream's SSE comments never leave the client silent for long"
+MOCK_ONLY = (
+    "needs an upstream that sends SSE comments before a slow first token, "
+    "which only the mock's pacing gives"
+)
 SEED = 6401
 FIRST_TOKEN_S = 6.0
 COMMENT_EVERY_MS = 500
@@ -91,7 +97,7 @@ async def observe(ctx: CheckContext) -> Observed:
     )
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """Pass: the stream ended with ``[DONE]`` and the client never waited more than
     MAX_SILENCE_S for a byte. A longer wait while the grader's loop was held up for more than
     GRADER_PAUSE_S: inconclusive."""
@@ -131,7 +137,3 @@ def judge(observed: Observed) -> CheckResult:
         "time heartbeats from the last bytes the client was sent: pass an upstream comment on "
         "to the client as a comment, or do not count it as activity.",
     )
-
-
-async def check_keepalive_under_comments(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))

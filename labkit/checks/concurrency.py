@@ -62,7 +62,7 @@ do, past DEADLINE_S. Streams that queued behind others while the upstream answer
 never excused: a proxy whose workers are all busy (a thread pool smaller than the streams)
 answers most probes at once and makes the rest of the streams wait, and that fails.
 
-On a real engine (``check_concurrency_on_engine``) the streams are as many as the engine has
+On a real engine (``observe_on_engine``) the streams are as many as the engine has
 slots (ENGINE_STREAMS: more would wait in its queue, and a queued request gets no response
 headers from llama-server, which no proxy can help). The slow first token is a prompt sized, by
 the engine's prompt speed measured just before, to take ENGINE_FIRST_TOKEN_S alone; all four
@@ -71,6 +71,12 @@ sends its headers at once), then reads them on a blocked loop and answers no pro
 its slow probes add up to about nine tenths of the experiment, in one probe or two. The probe
 limit is half of ENGINE_FIRST_TOKEN_S, as on the mock; the engine's own gauge shows
 how many requests it ran at once (``engine_peak_running``).
+
+``observe`` (``observe_on_engine``) runs the experiment and returns what it measured
+(``Measured``, ``EngineMeasured``); ``judge`` (``judge_on_engine``) decides through ``verdict``,
+tested on constructed measurements in process (tests/checks/test_concurrency_pool.py). The
+streams' pacing (``scenario``) and the deadlines (DEADLINE_S, ENGINE_DEADLINE_S) stretch with
+the run's ``Budget``; the probe limits do not.
 """
 
 from __future__ import annotations
@@ -78,7 +84,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -92,6 +98,7 @@ from labkit.checks.result import CheckResult
 
 ID = "concurrency"
 STEP = "02_forwarding_proxy"
+SUMMARY = "many concurrent streams all get through"
 STREAMS = 110  # more than the 100 connections of httpx's and aiohttp's default pools
 FIRST_SEED = 6000  # to 6119: a range no other check tags its requests with
 TTFT_S = 3.0
@@ -109,6 +116,8 @@ PAUSE_MEDIAN_S = 0.075
 HELD_SHARE = 0.75  # slow probes held this share of the experiment: the loop was blocked all along
 # httpx keeps an idle connection 5 s (``keepalive_expiry``); a burst after another waits past it
 IDLE_EXPIRY_S = 5.0 + 1.0
+BUDGET_S = 26.0 + IDLE_EXPIRY_S  # a second attempt first waits for idle connections
+ENGINE_BUDGET_S = 75.0
 
 ENGINE_STREAMS = 4  # the grading engine's slots
 ENGINE_FIRST_TOKEN_S = 1.5  # one stream's prompt, read alone
@@ -130,14 +139,12 @@ POOL_ADVICE = (
 )
 
 
-def scenario(scale: float | None = None) -> dict[str, int]:
-    """Each stream's pacing here: a TTFT_S first token, then TPS tokens a second until it has
-    lasted STREAM_S times ``scale`` (default: this machine's, ``Budget.here().scale``, read
-    anew; 1 from one CPU up, 2 at half a CPU). The longer streams keep a slow machine's late
-    forwarding from looking like a pool: the last streams must still reach the upstream before
-    the first one ends there."""
-    scale = Budget.here().scale if scale is None else scale
-    tokens = round((STREAM_S * scale - TTFT_S) * TPS)
+def scenario(budget: Budget) -> dict[str, int]:
+    """Each stream's pacing on ``budget``'s machine: a TTFT_S first token, then TPS tokens a
+    second until it has lasted STREAM_S stretched for ``budget`` (as long from one CPU up, twice
+    at half a CPU). The longer streams keep a slow machine's late forwarding from looking like a
+    pool: the last streams must still reach the upstream before the first one ends there."""
+    tokens = round((budget.stretch(STREAM_S) - TTFT_S) * TPS)
     return {"ttft_ms": round(TTFT_S * 1000), "tps": TPS, "tokens": tokens}
 
 
@@ -267,21 +274,41 @@ async def _measure(
     )
 
 
-async def check_concurrency(ctx: CheckContext) -> CheckResult:
-    pacing = scenario(ctx.budget.scale)
+async def observe(ctx: CheckContext) -> Measured:
+    pacing = scenario(ctx.budget)
     seeds = range(FIRST_SEED, FIRST_SEED + STREAMS)
     earlier = await asyncio.to_thread(ctx.mock.requests)  # this run's and any before it
     await asyncio.sleep(idle_wait_s(earlier, seeds, time.time()))
     measured = await _measure(
-        ctx, STREAMS, lambda i: chat_body(FIRST_SEED + i, pacing), DEADLINE_S, ARRIVE_OVER_S
+        ctx,
+        STREAMS,
+        lambda i: chat_body(FIRST_SEED + i, pacing),
+        ctx.budget.stretch(DEADLINE_S),
+        ARRIVE_OVER_S,
     )
     together, late = reached_together(
         await ctx.records(), seeds, since=time.time() - measured.elapsed
     )
-    return _judge(replace(measured, reached_together=together, reached_late=late), MAX_PROBE_S)
+    return replace(measured, reached_together=together, reached_late=late)
 
 
-async def check_concurrency_on_engine(ctx: CheckContext) -> CheckResult:
+def judge(measured: Measured, budget: Budget) -> CheckResult:
+    """The verdict with the probe limit MAX_PROBE_S (``budget`` does not move it)."""
+    return verdict(measured, MAX_PROBE_S)
+
+
+@dataclass(frozen=True)
+class EngineMeasured:
+    """On an engine: what the experiment measured, the prompt each stream sent (its tokens, and
+    when its first token was due alone) and the most requests the engine ran at once."""
+
+    measured: Measured
+    prompt_tokens_each: int
+    first_token_due: float
+    engine_peak_running: int
+
+
+async def observe_on_engine(ctx: CheckContext) -> EngineMeasured:
     model = await ctx.books.model()
     rate = await measure_prompt_rate(ctx.upstream_url, model)
     sentences = rate.sentences_for(ENGINE_FIRST_TOKEN_S)
@@ -290,20 +317,32 @@ async def check_concurrency_on_engine(ctx: CheckContext) -> CheckResult:
             ctx,
             ENGINE_STREAMS,
             lambda i: engine_body(model, max_tokens=ENGINE_TOKENS, sentences=sentences),
-            ENGINE_DEADLINE_S,
+            ctx.budget.stretch(ENGINE_DEADLINE_S),
             probe_upstream=False,  # llama-server's own answers slow down with its decoding
         )
+    return EngineMeasured(
+        measured,
+        prompt_tokens_each=round(sentences * rate.tokens_per_sentence),
+        first_token_due=rate.seconds_for(sentences),
+        engine_peak_running=max(books.running for books in watch.samples),
+    )
+
+
+def judge_on_engine(observed: EngineMeasured, budget: Budget) -> CheckResult:
+    """The verdict with the probe limit ENGINE_MAX_PROBE_S (``budget`` does not move it)."""
     extra = {
-        "prompt_tokens_each": round(sentences * rate.tokens_per_sentence),
-        "first_token_due_ms": ms(rate.seconds_for(sentences)),
-        "engine_peak_running": max(books.running for books in watch.samples),
+        "prompt_tokens_each": observed.prompt_tokens_each,
+        "first_token_due_ms": ms(observed.first_token_due),
+        "engine_peak_running": observed.engine_peak_running,
     }
-    return _judge(measured, ENGINE_MAX_PROBE_S, extra)
+    return verdict(observed.measured, ENGINE_MAX_PROBE_S, extra)
 
 
-def _judge(
-    measured: Measured, probe_limit_s: float, extra: dict[str, Any] | None = None
+def verdict(
+    measured: Measured, probe_limit_s: float, extra: Mapping[str, Any] | None = None
 ) -> CheckResult:
+    """Pass: every stream through in time, no probe slower than ``probe_limit_s``, no stream
+    that reached the upstream late. A machine too slow to tell: inconclusive."""
     totals = sorted(c.total_time for c in measured.completed)
     latencies = measured.probes
     idle_probe = statistics.median(measured.idle_probes)

@@ -28,6 +28,7 @@ Record = dict[str, Any]
 UpstreamKind = Literal["mock", "engine"]
 MOCK_TIMEOUT_S = 15.0
 POLL_S = 0.05
+RECORD_WAIT_S = 1.0  # at one CPU: how long ``record`` waits, unless told
 INCONCLUSIVE_ADVICE = (
     "the grader's machine was too slow for this experiment, so it was left out of the score: "
     "grade again on a machine (or container) with at least one full CPU."
@@ -57,7 +58,8 @@ def chat_body(
 @dataclass
 class CheckContext:
     """One check run: the proxy under test, the upstream behind it (the mock, or a real
-    engine when ``upstream == "engine"``), and the time ``budget`` the machine allows.
+    engine when ``upstream == "engine"``), and the time ``budget`` the machine allows (required,
+    by keyword: the caller's, handed down; a check never reads the machine itself).
     ``replica_url`` is a second replica of the same proxy sharing its replay log (``REDIS_URL``),
     for ``resume_replica``; its usage lines go to ``usage_log`` too."""
 
@@ -68,8 +70,8 @@ class CheckContext:
     upstream_token: str | None = None  # the mock's debug token, if it keeps its records secret
     started_at: float = field(default_factory=time.time)
     upstream: UpstreamKind = "mock"
-    budget: Budget = field(default_factory=Budget.here)
     replica_url: str | None = None
+    budget: Budget = field(kw_only=True)  # the run's, handed down: never read here
 
     def __post_init__(self) -> None:
         self.proxy_url = self.proxy_url.rstrip("/")
@@ -108,12 +110,15 @@ class CheckContext:
         seed: int,
         *,
         until: Callable[[Record], bool] = lambda record: True,
-        wait_s: float = 1.0,
+        wait_s: float | None = None,
     ) -> Record | None:
-        """The newest record tagged ``seed``, once ``until`` holds (or as it is after ``wait_s``).
+        """The newest record tagged ``seed``, once ``until`` holds (or as it is after ``wait_s``
+        seconds; None: RECORD_WAIT_S stretched with the run's budget).
 
         None if the request never reached the upstream.
         """
+        if wait_s is None:
+            wait_s = self.budget.stretch(RECORD_WAIT_S)
         deadline = time.monotonic() + wait_s
         while True:
             found = [r for r in await self.records() if r.get("scenario", {}).get("seed") == seed]

@@ -14,7 +14,7 @@ one from a client that accepts only ``identity``. Each body is decoded as the re
 ``choices``), and the identity client's answer is not compressed. Nothing is timed.
 
 ``observe`` sends both; ``judge`` decides (tested in process:
-tests/grading/test_judges_encoding.py).
+tests/checks/test_judges_encoding.py).
 """
 
 from __future__ import annotations
@@ -25,10 +25,13 @@ from dataclasses import dataclass
 
 from labkit.capture import Capture, acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 
 ID = "content_encoding"
 STEP = "06_midstream_errors"
+SUMMARY = "a whole answer reaches the client readable, whatever encoding it accepts"
+MOCK_ONLY = "needs an upstream that gzips whole answers, which the grading engine does not"
 GZIP_SEED, IDENTITY_SEED = 6201, 6202
 SCENARIO = {"ttft_ms": 50, "tps": 200, "tokens": 30}
 ACCEPTS = {"gzip": "gzip", "identity": "identity"}
@@ -89,7 +92,7 @@ async def observe(ctx: CheckContext) -> Observed:
     return Observed(gzip, identity)
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """Pass: both answers are readable chat completions once decoded as declared, and the
     identity client's is not compressed."""
     evidence: dict[str, int | str | bool | None] = {}
@@ -127,7 +130,3 @@ def judge(observed: Observed) -> CheckResult:
             "Content-Encoding or Content-Length."
         )
     return result.failed(verdict, evidence, advice)
-
-
-async def check_content_encoding(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))

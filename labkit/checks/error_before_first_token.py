@@ -17,7 +17,7 @@ but never for a broken connection; and, when there is a usage log, the lines wri
 request (its upstream id, or no id: the proxy never saw one) say ``error`` and none says
 ``completed``. A proxy that writes no usage log at all is judged on the stream alone (``usage``
 reports the missing log). No time is measured. ``observe`` reads the stream and the log,
-``judge`` decides (tested in process: tests/grading/test_judges_error_before_first_token.py).
+``judge`` decides (tested in process: tests/checks/test_judges_error_before_first_token.py).
 """
 
 from __future__ import annotations
@@ -28,12 +28,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from labkit.checks.context import CheckContext, Outcome, finished
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 from labkit.checks.sdk_stream import SdkStream, read_with_sdk
 from labkit.checks.usage import LOG_WAIT_S, read_log
 
 ID = "error_before_first_token"
 STEP = "06_midstream_errors"
+SUMMARY = "a 200 whose first event is an error stays an error, in the stream and the log"
+BUDGET_S = 25.0
+MOCK_ONLY = (
+    "needs fault injection, which only the mock does (an error event before the first token)"
+)
 SEED = 5201
 SCENARIO = {"ttft_ms": 100, "tps": 50, "tokens": 20, "error_after": 0, "done_after_error": True}
 # Generous: a gateway that retries the failed upstream before it answers (LiteLLM makes three
@@ -55,7 +61,7 @@ ADVICE = (
 async def _log_outcomes(ctx: CheckContext, upstream_id: str | None, before: int) -> list[str]:
     """The outcomes of the log lines written for this request since ``before`` lines."""
     assert ctx.usage_log is not None
-    deadline = time.monotonic() + LOG_WAIT_S
+    deadline = time.monotonic() + ctx.budget.stretch(LOG_WAIT_S)
     while True:
         lines, _ = read_log(ctx.usage_log)
         ours = [e for e in lines[before:] if e.get("id") in (None, upstream_id)]
@@ -91,7 +97,7 @@ async def observe(ctx: CheckContext) -> Observed:
     return Observed(sdk, True, record.get("state"), tuple(outcomes), empty)
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """Pass: the SDK raised for an error event or an error status, with no text before it, and
     the log lines for the request say ``error`` and never ``completed`` (judged on the stream
     alone when no usage log was written at all)."""
@@ -131,7 +137,3 @@ def judge(observed: Observed) -> CheckResult:
     else:
         verdict = "the usage log records an upstream error before the first token as a success"
     return result.failed(verdict, evidence, ADVICE)
-
-
-async def check_error_before_first_token(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))

@@ -16,7 +16,7 @@ two are compared by their content events' text, in order (``compare``).
 Pass: the proxied stream ends with ``[DONE]`` and its content events equal the upstream's, one
 for one. A lost, repeated or reordered event fails, naming which. Nothing is timed: a proxy
 that loses events loses them on any machine. ``observe`` runs both streams; ``judge`` decides
-(tested in process: tests/grading/test_judges_integrity.py).
+(tested in process: tests/checks/test_judges_integrity.py).
 """
 
 from __future__ import annotations
@@ -27,11 +27,17 @@ from dataclasses import dataclass
 
 from labkit.capture import Capture, acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body, finished
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult, Evidence
 from labkit.wire import interpret_event
 
 ID = "integrity"
 STEP = "07_heartbeats_and_timeouts"
+SUMMARY = "the client gets every upstream event, once and in order"
+MOCK_ONLY = (
+    "needs the same text twice from the upstream and a silence mid-stream, "
+    "which only the mock's seeds and pacing give"
+)
 SEED = 6501
 TOKENS = 40
 STALL_AFTER = 15
@@ -120,7 +126,7 @@ async def observe(ctx: CheckContext) -> Observed:
     )
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """Pass: the stream ended with ``[DONE]`` and its content events equal the upstream's."""
     if observed.sent is None:
         return result.never_reached({"status": observed.status})
@@ -159,7 +165,3 @@ def judge(observed: Observed) -> CheckResult:
         verdict = "the client got the upstream's events out of order"
         advice = "send events from one queue, in the order the reader put them there."
     return result.failed(verdict, evidence, advice)
-
-
-async def check_integrity(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))

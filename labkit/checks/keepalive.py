@@ -26,7 +26,7 @@ with its own verdict: the client's longest gap is then far shorter than the upst
 first byte instead.
 
 ``observe`` runs the experiment and returns what the client saw; ``judge`` holds every rule, and
-is tested on constructed observations in process (tests/grading/test_judges_keepalive.py).
+is tested on constructed observations in process (tests/checks/test_judges_keepalive.py).
 """
 
 from __future__ import annotations
@@ -37,10 +37,15 @@ from dataclasses import dataclass
 from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body, finished, ms
 from labkit.checks.loop_watch import watch_loop
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 
 ID = "keepalive"
 STEP = "07_heartbeats_and_timeouts"
+SUMMARY = "SSE comments while the upstream is silent"
+BUDGET_S = 16.0
+MOCK_ONLY = "needs an upstream silent for seconds mid-stream, which only the mock's pacing gives"
+LIMIT_S = 20.0  # the client's read timeout: past the upstream's longest silence
 SEED = 4801
 STALL_S = 4.5
 TPS = 20
@@ -76,8 +81,9 @@ class Observed:
 
 
 async def observe(ctx: CheckContext) -> Observed:
+    limit = ctx.budget.stretch(LIMIT_S)
     async with watch_loop() as watch:
-        capture = await acapture_stream(ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=20)
+        capture = await acapture_stream(ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=limit)
     record = await ctx.record(SEED, until=finished)
     return Observed(
         status=capture.status,
@@ -89,7 +95,7 @@ async def observe(ctx: CheckContext) -> Observed:
     )
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """Pass: the stream ends with ``[DONE]`` and a comment came inside the longest gap between
     tokens, at most LATEST_IN_GAP of the way through it. A gap under HIDDEN_SHARE of the
     upstream's silence: the stream was held back. Comments that came late while the grader's
@@ -145,7 +151,3 @@ def judge(observed: Observed) -> CheckResult:
         "while waiting for the next upstream event, send b': keep-alive\\n\\n' after at most "
         "3 s of silence (e.g. asyncio.timeout around the wait, as in the reference).",
     )
-
-
-async def check_keepalive(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))

@@ -3,7 +3,7 @@
 Experiment: the first token takes 6 s (longer than httpx's default 5 s timeout), then 120
 tokens at 40 tokens/s. Pass: the client gets every token and ``data: [DONE]`` (~9 s in all).
 A proxy built on a bare ``httpx.AsyncClient()`` gives up at 5 s. ``observe`` runs it, ``judge``
-decides (tested in process: tests/grading/test_judges_long_stream.py).
+decides (tested in process: tests/checks/test_judges_long_stream.py).
 """
 
 from __future__ import annotations
@@ -12,10 +12,18 @@ from dataclasses import dataclass
 
 from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body, finished, ms
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 
 ID = "long_stream"
 STEP = "07_heartbeats_and_timeouts"
+SUMMARY = "a slow first token and a long stream survive"
+BUDGET_S = 16.0
+MOCK_ONLY = (
+    "needs a first token slower than a client's default timeout, on demand, "
+    "which only the mock's pacing gives"
+)
+LIMIT_S = 20.0  # the client's read timeout: past the upstream's longest silence
 SEED = 4701
 SCENARIO = {"ttft_ms": 6000, "tps": 40, "tokens": 120}
 
@@ -37,7 +45,8 @@ class Observed:
 
 
 async def observe(ctx: CheckContext) -> Observed:
-    capture = await acapture_stream(ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=20)
+    limit = ctx.budget.stretch(LIMIT_S)
+    capture = await acapture_stream(ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=limit)
     record = await ctx.record(SEED, until=finished)
     return Observed(
         status=capture.status,
@@ -49,7 +58,7 @@ async def observe(ctx: CheckContext) -> Observed:
     )
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """Pass: a 200 that ends with ``[DONE]``; the verdict says whether it failed before or
     after the first token."""
     evidence = {
@@ -74,7 +83,3 @@ def judge(observed: Observed) -> CheckResult:
         f"{SCENARIO['ttft_ms'] / 1000:g} s first token): httpx's default of 5 s for each "
         "phase kills slow streams (notebook 07).",
     )
-
-
-async def check_long_stream(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))

@@ -16,10 +16,17 @@ show it; its figures are in docs/instructors.md ("Which container to choose").
 
 A grading holds one ``Budget`` (the CPUs, and the stretch of every limit that follows from
 them), made once at its top with ``Budget.here()`` and handed down: to the checks in their
-``CheckContext``, to the rubric's time limit, to the sandbox's start limit and to the notebook
-parts' budgets. So every limit of a grading agrees, and a caller can grade as if on another
-machine (``Budget(cpus=0.5)``). Nothing keeps a process-wide reading: ``describe()`` (what
-Gradescope's set-up prints) reads this process's CPUs anew.
+``CheckContext``, to the rubric's time limit, to the sandbox's start limit, to the notebook
+parts' budgets and, for a class, to every grading worker (``--cpus``). So every limit of a
+grading agrees, and a caller can grade as if on another machine (``Budget(cpus=0.5)``).
+
+Only the top level reads the machine: the CLI, and the public entry points given no budget
+(``arun_checks``/``run_checks``, ``check_proxy``, ``grade_file``/``agrade_file``,
+``agrade_url``, ``grade_many``, ``check_environment``), each with one explicit
+``Budget.here()``. Every function below them takes ``budget: Budget`` as a required argument,
+so a caller that forgets to pass one is told so instead of silently getting this machine.
+Nothing keeps a process-wide reading: ``describe()`` (what Gradescope's set-up prints) reads
+this process's CPUs anew.
 
 ``cpu_limit`` reads cgroup v2 (``cpu.max``) or v1 (``cpu.cfs_quota_us`` / ``cpu.cfs_period_us``)
 for this process's cgroup and every parent up to the root (the smallest quota wins), and the
@@ -119,11 +126,6 @@ class Budget:
     def here(cls) -> Budget:
         """This process's: the CPUs ``cpu_limit`` reads."""
         return cls(cpu_limit())
-
-    @classmethod
-    def given_or_here(cls, budget: Budget | None) -> Budget:
-        """``budget`` when a caller handed one down, else this process's (``here``)."""
-        return cls.here() if budget is None else budget
 
     @property
     def scale(self) -> float:

@@ -14,7 +14,7 @@ strict load balancer would: only heartbeats (SSE comments) during the silence ke
 reading. Pass: every token and ``data: [DONE]`` arrive. A proxy whose heartbeats are rarer than
 every 30 s, whose upstream read timeout is shorter than 50 s, or that caps the whole response
 at a minute fails, and the verdict says which way. ``observe`` runs it, ``judge`` decides
-(tested in process: tests/grading/test_judges_minute_stream.py).
+(tested in process: tests/checks/test_judges_minute_stream.py).
 """
 
 from __future__ import annotations
@@ -25,11 +25,14 @@ from dataclasses import dataclass
 from labkit.capture import Capture, acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body, finished, ms
 from labkit.checks.keepalive import _silence
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 from labkit.errors import CaptureError
 
 ID = "minute_stream"
 STEP = "07_heartbeats_and_timeouts"
+SUMMARY = "a stream of over a minute, mostly silent, gets through"
+MOCK_ONLY = "needs a minute-long, mostly silent stream, which only the mock's pacing gives"
 PROFILE = "gateway"
 SEED = 4901
 TOKENS = 64
@@ -64,7 +67,7 @@ class Observed:
 async def observe(ctx: CheckContext) -> Observed:
     try:
         capture = await acapture_stream(
-            ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=CLIENT_IDLE_S
+            ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=ctx.budget.stretch(CLIENT_IDLE_S)
         )
     except CaptureError as exc:
         if not exc.error.startswith("ReadTimeout"):
@@ -87,7 +90,7 @@ async def observe(ctx: CheckContext) -> Observed:
     )
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """Pass: a 200 that ends with ``[DONE]``. A fail says which way it broke: the client's idle
     limit, the proxy giving up on the upstream, or a cut."""
     silence = _silence(list(observed.token_times))
@@ -104,7 +107,7 @@ def judge(observed: Observed) -> CheckResult:
         "upstream_tokens": observed.upstream_tokens,
         "upstream_state": observed.upstream_state,
         "upstream_silence_ms": ms(STALL_S),
-        "client_idle_limit_ms": ms(CLIENT_IDLE_S),
+        "client_idle_limit_ms": ms(budget.stretch(CLIENT_IDLE_S)),
         "longest_gap_between_tokens_ms": None if silence is None else ms(silence[1] - silence[0]),
         "longest_gap_between_bytes_ms": ms(quiet),
         "comments": observed.comments,
@@ -137,7 +140,3 @@ def judge(observed: Observed) -> CheckResult:
         evidence,
         "put no limit on a stream's total time: bound the silence between reads instead.",
     )
-
-
-async def check_minute_stream(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))

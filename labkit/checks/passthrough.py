@@ -18,7 +18,7 @@ Pass: the SDK stream finishes with the text and raises nothing, and the raw stre
 ``data: [DONE]`` and has no unreadable data event. Nothing is timed: a correct proxy passes
 on any machine, and one broken this way fails on the first comment, every time. ``observe``
 reads the two streams, ``judge`` decides (tested in process:
-tests/grading/test_judges_passthrough.py).
+tests/checks/test_judges_passthrough.py).
 """
 
 from __future__ import annotations
@@ -28,11 +28,15 @@ from dataclasses import dataclass
 
 from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 from labkit.checks.sdk_stream import SdkStream, read_with_sdk
 
 ID = "passthrough"
 STEP = "07_heartbeats_and_timeouts"
+SUMMARY = "upstream SSE comments never reach the client as data"
+BUDGET_S = 10.0
+MOCK_ONLY = "needs SSE comments from the upstream, which only the mock sends"
 SDK_SEED, RAW_SEED = 5101, 5102
 COMMENT_EVERY_MS = 100
 SCENARIO = {"ttft_ms": 600, "tps": 25, "tokens": 20, "comment_every_ms": COMMENT_EVERY_MS}
@@ -61,7 +65,7 @@ async def observe(ctx: CheckContext) -> Observed:
     return Observed(sdk, raw.terminal, raw.malformed_events, len(raw.comments))
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """Pass: the SDK finished with text, and the raw stream ended with ``[DONE]`` with no
     unreadable data event."""
     sdk = observed.sdk
@@ -97,7 +101,3 @@ def judge(observed: Observed) -> CheckResult:
             "end with data: [DONE]."
         )
     return result.failed(verdict, evidence, advice)
-
-
-async def check_passthrough(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))

@@ -25,7 +25,9 @@ MAX_STOP_S of the client's hang-up. Without a view of the sockets (an engine els
 result is inconclusive.
 
 ``observe`` runs the experiment; ``judge`` decides, and is tested on constructed observations
-in process (tests/grading/test_judges_queued.py).
+in process (tests/checks/test_judges_queued.py); ``observe_on_engine`` and ``judge_on_engine``
+the same on an engine. Every wait (for the slot to be held, the record to settle, the engine's
+slots and sockets) stretches with the run's ``Budget``; MAX_STOP_S does not.
 """
 
 from __future__ import annotations
@@ -36,14 +38,16 @@ from dataclasses import dataclass
 import httpx
 
 from labkit.capture import acapture_stream
-from labkit.checks.cancel import MAX_STOP_S, WAIT_S, stop_after_hang_up_ms, stopped_in_time
+from labkit.checks._hang_up import MAX_STOP_S, WAIT_S, stop_after_hang_up_ms, stopped_in_time
 from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished, ms
 from labkit.checks.engine_requests import OpenStream, engine_body
 from labkit.checks.engine_sockets import EngineSockets
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 
 ID = "cancel_queued"
 STEP = "04_cancel_on_disconnect"
+SUMMARY = "a disconnect while the request waits in the upstream's queue lets it drop the request"
 OCCUPIER_SEED, SEED = 6301, 6302
 OCCUPY_S = 4.0
 OCCUPIER = {"slots": 1, "ttft_ms": 100, "tps": 20, "tokens": int(OCCUPY_S * 20)}
@@ -51,6 +55,8 @@ WAITING = {"slots": 1, "ttft_ms": 200, "tps": 20, "tokens": 20}
 HANG_UP_S = 0.8
 ADMIT_WAIT_S = 5.0  # for the occupier to hold its slot, on a slow machine
 SETTLE_S = 6.0  # the record is watched this long after the hang-up (past the slot's freeing)
+LIMIT_S = 60.0  # the probe's read timeout, as it always was (it hangs up long before)
+SLOTS_LIMIT_S = 10.0  # for the engine's /slots
 BUDGET_S = 16.0
 ENGINE_OCCUPY_TOKENS = 400
 ENGINE_PROBE_TOKENS = 8
@@ -86,22 +92,27 @@ async def observe(ctx: CheckContext) -> Observed:
     occupier = await OpenStream(
         f"{ctx.upstream_url}/v1/chat/completions", chat_body(OCCUPIER_SEED, OCCUPIER)
     ).start()
+    stretch = ctx.budget.stretch
     try:
-        held = await ctx.record(OCCUPIER_SEED, until=admitted, wait_s=ADMIT_WAIT_S)
+        held = await ctx.record(OCCUPIER_SEED, until=admitted, wait_s=stretch(ADMIT_WAIT_S))
         capture = await acapture_stream(
-            ctx.chat_url, json=chat_body(SEED, WAITING), disconnect_after_s=HANG_UP_S
+            ctx.chat_url,
+            json=chat_body(SEED, WAITING),
+            disconnect_after_s=HANG_UP_S,
+            timeout=stretch(LIMIT_S),
         )
         hung_up_at = capture.started_at + capture.total_time
-        record = await ctx.record(SEED, until=finished, wait_s=SETTLE_S)
+        record = await ctx.record(SEED, until=finished, wait_s=stretch(SETTLE_S))
     finally:
         await occupier.hang_up()
     slot_held = held is not None and held.get("state") == "running"
     return Observed(slot_held, hung_up_at, record)
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """Pass: the mock dropped the waiting request (``cancelled``, never admitted) within
-    MAX_STOP_S of the hang-up. An occupier that never held the slot: inconclusive."""
+    MAX_STOP_S of the hang-up (``budget`` does not move it). An occupier that never held the
+    slot: inconclusive."""
     record = observed.record
     if record is None:
         return result.never_reached({})
@@ -130,10 +141,6 @@ def judge(observed: Observed) -> CheckResult:
     return result.failed(verdict, evidence, ADVICE)
 
 
-async def check_cancel_queued(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))
-
-
 @dataclass(frozen=True)
 class EngineObserved:
     """On an engine: whether every slot was busy when the probe was sent, whether the proxy's
@@ -149,7 +156,8 @@ async def observe_on_engine(ctx: CheckContext) -> EngineObserved:
     books = ctx.books
     model = await books.model()
     engine_chat = f"{ctx.upstream_url}/v1/chat/completions"
-    async with httpx.AsyncClient(timeout=10) as client:
+    stretch = ctx.budget.stretch
+    async with httpx.AsyncClient(timeout=stretch(SLOTS_LIMIT_S)) as client:
         slots = len((await client.get(f"{ctx.upstream_url}/slots")).json())
     sockets = EngineSockets.for_url(ctx.upstream_url)
     occupiers = [
@@ -158,7 +166,7 @@ async def observe_on_engine(ctx: CheckContext) -> EngineObserved:
     ]
     try:
         async with books.watch() as watch:
-            busy = await watch.until(lambda now: now.running >= slots, ENGINE_START_S)
+            busy = await watch.until(lambda now: now.running >= slots, stretch(ENGINE_START_S))
         before = sockets.open_ends() if sockets is not None else set()
         probe_body = engine_body(model, max_tokens=ENGINE_PROBE_TOKENS)
         probe = await OpenStream(ctx.chat_url, probe_body).start()
@@ -167,11 +175,11 @@ async def observe_on_engine(ctx: CheckContext) -> EngineObserved:
         hung_up_at = await probe.hang_up()
         closed_at = None
         if sockets is not None and proxy_ends:
-            closed_at = await sockets.closed_by_peer(proxy_ends, WAIT_S)
+            closed_at = await sockets.closed_by_peer(proxy_ends, stretch(WAIT_S))
     finally:
         for occupier in occupiers:
             await occupier.hang_up()
-    await books.wait_idle(ENGINE_IDLE_WAIT_S)
+    await books.wait_idle(stretch(ENGINE_IDLE_WAIT_S))
     return EngineObserved(
         slots_busy=busy is not None,
         sockets_watched=bool(proxy_ends),
@@ -179,7 +187,7 @@ async def observe_on_engine(ctx: CheckContext) -> EngineObserved:
     )
 
 
-def judge_on_engine(observed: EngineObserved) -> CheckResult:
+def judge_on_engine(observed: EngineObserved, budget: Budget) -> CheckResult:
     """Pass: the proxy closed its connection to the engine within MAX_STOP_S of the hang-up. Slots
     not all busy, or the proxy's connection not seen: inconclusive."""
     evidence: dict[str, int | str | bool | None] = {
@@ -189,7 +197,8 @@ def judge_on_engine(observed: EngineObserved) -> CheckResult:
     if not observed.slots_busy:
         return result.inconclusive(
             "inconclusive: the engine's slots were not all busy, so nothing queued",
-            f"the long answers sent to fill them had not all started within {ENGINE_START_S:g} s",
+            "the long answers sent to fill them had not all started within "
+            f"{budget.stretch(ENGINE_START_S):g} s",
             evidence,
         )
     if not observed.sockets_watched:
@@ -209,7 +218,3 @@ def judge_on_engine(observed: EngineObserved) -> CheckResult:
         evidence,
         ADVICE,
     )
-
-
-async def check_cancel_queued_on_engine(ctx: CheckContext) -> CheckResult:
-    return judge_on_engine(await observe_on_engine(ctx))

@@ -7,7 +7,8 @@ queue hold (``backpressure``) comes back through the log. ``REPLAY_EVENTS`` boun
 price is that a client away for longer than that many events cannot resume, and must be told
 so (404 in OpenAI's error shape), never given a stream with a hole in it.
 
-Experiment: the grader starts this check's proxy with ``REPLAY_EVENTS`` = BOUND (20). A
+Experiment: the grader starts this check's proxy with ``REPLAY_EVENTS`` = BOUND (20,
+``PROXY_ENV``). A
 resumable stream of TOKENS tokens (about a hundred events) is read to its end; then
 ``GET /v1/streams/{id}`` twice: with ``Last-Event-ID`` = OLD_CURSOR (5, some eighty events
 before what the log may keep), and with the id RECENT_BACK (5) events before the last. The
@@ -17,7 +18,7 @@ Pass: the old cursor is refused (an error status, or an error event and no conte
 recent one gives the events after it, as the first connection got them, to ``[DONE]``. An
 unbounded log replays from the old cursor; a bounded one that forgets more than it must, or a
 resume that starts elsewhere, fails the recent one. Nothing is timed. ``observe`` runs the
-three connections; ``judge`` decides (tested in process: tests/grading/test_judges_replay_bound.py).
+three connections; ``judge`` decides (tested in process: tests/checks/test_judges_replay_bound.py).
 """
 
 from __future__ import annotations
@@ -26,14 +27,18 @@ from dataclasses import dataclass
 
 from labkit.capture import Capture
 from labkit.checks.context import CheckContext, Outcome, finished
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult, Evidence
 from labkit.checks.resume import NO_STREAM_ID_ADVICE, STEP, open_resumable, resume_from, stream_id
 
 __all__ = ["BOUND", "ID", "Observed", "Resumed", "judge", "observe"]
 
 ID = "replay_bound"
+SUMMARY = "the replay log is bounded: an old cursor is refused, a recent one resumes"
+MOCK_ONLY = "needs an answer of a known length, which only the mock's pacing gives"
 SEED = 7521
 BOUND = 20  # REPLAY_EVENTS for this check's proxy
+PROXY_ENV = {"REPLAY_EVENTS": str(BOUND)}
 TOKENS = 140  # about a hundred events: the mock puts more than one token in some
 SCENARIO = {"ttft_ms": 50, "tps": 400, "tokens": TOKENS}
 OLD_CURSOR = 5
@@ -115,7 +120,7 @@ async def observe(ctx: CheckContext) -> Observed:
     )
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """Pass: the old cursor refused, the recent one answered with the events after it (as the
     first connection got them) to the end."""
     if not observed.reached:
@@ -167,7 +172,3 @@ def judge(observed: Observed) -> CheckResult:
     return result.passed(
         "a cursor older than the log keeps is refused, and a recent one resumes", evidence
     )
-
-
-async def check_replay_bound(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))

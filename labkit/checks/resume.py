@@ -1,5 +1,5 @@
-"""``resume`` and ``resume_twice``: a resumable stream survives a dropped connection; the client
-comes back with the last event id it got and reads on, losing and repeating nothing.
+"""``resume``: a resumable stream survives a dropped connection; the client comes back with the
+last event id it got and reads on, losing and repeating nothing.
 
 A client opts in per request (``X-Resumable: true``); the proxy answers with the stream's id in
 ``X-Stream-Id`` and numbers every event it sends with ``id: N`` (1, 2, 3 ... for the answer,
@@ -11,25 +11,23 @@ back to a cursor that means something else: events come twice).
 
 Experiment (``resume``): a stream of TOKENS tokens at 40 tokens/s, asked resumable; the client
 drops after DROP_AFTER content events, stays away AWAY_S, comes back with ``Last-Event-ID`` set
-to the last id it got, and reads to the end. ``resume_twice``: the same, but the first resumed
-connection is dropped too, after DROP_AFTER more content events, and resumed from its own last
-id. The upstream's own events come from the same request sent straight to the mock, at full
-speed (the text depends on the seed, not the pace), and the two are compared event by event as
-``integrity`` compares them (``integrity.compare``).
+to the last id it got, and reads to the end. (``resume_twice`` is the same, but the first
+resumed connection is dropped too.) The upstream's own events come from the same request sent
+straight to the mock, at full speed (the text depends on the seed, not the pace), and the two
+are compared event by event as ``integrity`` compares them (``integrity.compare``).
 
 Pass: every event carried an ``id:`` of its own, numbered 1, 2, 3 ... across every connection;
 each resume was answered 200; the last connection ended with ``[DONE]``; and the content events
 the client put together equal the upstream's, one for one. Nothing is timed but the pacing that
 puts the drop mid-way: a proxy that loses, repeats or misnumbers events does so on any machine.
-Each connection is given up after LIMIT_S (a stream that never sends its events is judged on
-what came). ``observe`` runs the connections; ``judge`` decides (tested in process:
-tests/grading/test_judges_resume.py).
+Each connection is given up after LIMIT_S, stretched with the run's ``Budget`` (a stream that
+never sends its events is judged on what came). ``observe`` runs the connections; ``judge``
+decides (tested in process: tests/checks/test_judges_resume.py).
 
-The other checks of notebook 15: ``resume_stop`` and ``resume_grace``
-(``labkit.checks.resume_cancel``), ``replay_bound`` (``labkit.checks.replay_bound``), and in the
-``gateway`` profile ``resume_replica`` (``labkit.checks.resume_replica``: the same experiment,
-resumed on another replica). They share ``open_resumable``, ``resume_from`` and
-``observe_drops`` from here.
+The other checks of notebook 15: ``resume_twice``, ``resume_stop`` and ``resume_grace``,
+``replay_bound``, and in the ``gateway`` profile ``resume_replica`` (the same experiment,
+resumed on another replica), each in a module of its own. They share ``open_resumable``,
+``resume_from``, ``observe_drops`` and ``judge_drops`` from here.
 """
 
 from __future__ import annotations
@@ -41,16 +39,20 @@ from dataclasses import dataclass
 from labkit.capture import Capture, acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body, finished
 from labkit.checks.integrity import compare, content_events
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult, Evidence
 
 __all__ = [
+    "BUDGET_S",
     "ID",
+    "MOCK_ONLY",
     "RESUMABLE",
     "STEP",
-    "TWICE_ID",
+    "SUMMARY",
     "Leg",
     "Observed",
     "judge",
+    "judge_drops",
     "last_id",
     "observe",
     "observe_drops",
@@ -60,19 +62,19 @@ __all__ = [
 ]
 
 ID = "resume"
-TWICE_ID = "resume_twice"
 STEP = "15_resumable_streams"
+SUMMARY = "a resumable stream survives a dropped connection, nothing lost or repeated"
+MOCK_ONLY = "needs the same answer twice from the upstream, which only the mock's seeds give"
 RESUMABLE: Mapping[str, str] = {"X-Resumable": "true"}
 STREAM_ID_HEADER = "x-stream-id"
-SEED, TWICE_SEED = 7501, 7502
+SEED = 7501
 TOKENS = 60
 SCENARIO = {"ttft_ms": 100, "tps": 40, "tokens": TOKENS}
-TWICE_SCENARIO = {**SCENARIO, "tokens": 90}
 # The upstream's copy: the same text, without the wait.
 FULL_SPEED = {"ttft_ms": 0, "tps": 1000}
 DROP_AFTER = 15  # content events on a connection before the client drops it
 AWAY_S = 0.3  # between a drop and the resume: events pile up in the log meanwhile
-LIMIT_S = 8.0  # one connection, at most (the whole answer takes 1.6 s)
+LIMIT_S = 8.0  # one connection, at most (the whole answer takes 1.6 s), at one CPU
 BUDGET_S = 20.0
 
 NO_STREAM_ID_ADVICE = (
@@ -85,7 +87,6 @@ ID_ADVICE = (
 )
 
 result = Outcome(ID, STEP)
-twice_result = Outcome(TWICE_ID, STEP)
 
 
 async def open_resumable(
@@ -176,9 +177,7 @@ class Observed:
     drops: int
 
 
-async def observe(ctx: CheckContext, *, twice: bool = False) -> Observed:
-    if twice:
-        return await observe_drops(ctx, TWICE_SEED, TWICE_SCENARIO, drops=2)
+async def observe(ctx: CheckContext) -> Observed:
     return await observe_drops(ctx, SEED, SCENARIO, drops=1)
 
 
@@ -227,11 +226,16 @@ def _numbered(legs: tuple[Leg, ...]) -> bool:
     return ids == [str(n) for n in range(1, len(ids) + 1)]
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
+    """``judge_drops`` for this check (nothing timed: ``budget`` moves nothing)."""
+    return judge_drops(observed, result)
+
+
+def judge_drops(observed: Observed, outcome: Outcome) -> CheckResult:
     """Pass: ids of their own; every resume answered; the end reached; the content events put
     together equal the upstream's, one for one; and the ids numbered 1, 2, 3 ... across the
-    connections. The verdict names the first of these that failed."""
-    outcome = twice_result if observed.drops > 1 else result
+    connections. The verdict names the first of these that failed; ``outcome`` is the check
+    whose result it is."""
     if observed.sent is None:
         return outcome.never_reached({})
     legs = observed.legs
@@ -315,11 +319,3 @@ def judge(observed: Observed) -> CheckResult:
         verdict = "the resumed stream gave the upstream's events out of order"
         advice = "send the logged events in their order, then the live ones."
     return outcome.failed(verdict, evidence, advice)
-
-
-async def check_resume(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))
-
-
-async def check_resume_twice(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx, twice=True))

@@ -19,7 +19,7 @@ second connection sent to B:
   dropped after 15 content events, resumed on B with ``Last-Event-ID``, read to the end, and
   compared event by event with the same request sent straight to the mock
   (``integrity.compare``);
-- ``resume_stop``'s (``resume_cancel.observe_stop``): a 20 s answer asked of A, dropped after
+- ``resume_stop``'s (``resume_stop.observe_stop``): a 20 s answer asked of A, dropped after
   a few events, Stop sent to B at once.
 
 Pass: B resumed the stream (200) with every event once and in order, numbered on from the
@@ -33,8 +33,9 @@ process fails at once and whatever the machine: B answers both the resume and th
 404. Nothing is timed but the Stop, whose bound is ``resume_stop``'s.
 
 ``observe`` runs both experiments; ``judge`` decides (tested in process:
-tests/grading/test_judges_resume_replica.py). Without a second replica the check is skipped,
-saying so.
+tests/checks/test_judges_resume_replica.py). Without a second replica (``ctx.replica_url``)
+``observe`` sees nothing (``Unreplicated``) and the check is skipped, saying so. The waits are
+``resume``'s and ``resume_stop``'s, stretched with the run's ``Budget``.
 """
 
 from __future__ import annotations
@@ -42,17 +43,32 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, replace
 
-from labkit.checks import resume
+from labkit.checks import resume, resume_stop
 from labkit.checks.context import CheckContext, Outcome
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult, Evidence
 from labkit.checks.resume import STEP, Observed, observe_drops
-from labkit.checks.resume_cancel import Stopped, judge_stop, observe_stop
+from labkit.checks.resume_stop import Stopped, observe_stop
 
-__all__ = ["BUDGET_S", "ID", "Replicated", "judge", "observe"]
+__all__ = [
+    "BUDGET_S",
+    "ID",
+    "MOCK_ONLY",
+    "REPLICAS",
+    "STEP",
+    "SUMMARY",
+    "Replicated",
+    "Unreplicated",
+    "judge",
+    "observe",
+]
 
 ID = "resume_replica"
-SEED, STOP_SEED = 7531, 7532
+SUMMARY = "a stream resumes, and stops, on another replica than the one that took it"
 BUDGET_S = 24.0  # resume's connections (8 s each, at most) beside Stop's watch
+MOCK_ONLY = resume.MOCK_ONLY
+REPLICAS = 2  # two copies of the proxy on one Redis
+SEED, STOP_SEED = 7531, 7532
 
 NO_REPLICA = "not run: needs a second replica of the proxy (grade-url's --replica)"
 NO_REPLICA_ADVICE = (
@@ -87,7 +103,15 @@ class Replicated:
     stopped: Stopped
 
 
-async def observe(ctx: CheckContext, replica_url: str) -> Replicated:
+@dataclass(frozen=True)
+class Unreplicated:
+    """No second replica to send the resume and Stop to: nothing was run."""
+
+
+async def observe(ctx: CheckContext) -> Replicated | Unreplicated:
+    replica_url = ctx.replica_url
+    if replica_url is None:
+        return Unreplicated()
     resumed, stopped = await asyncio.gather(
         observe_drops(ctx, SEED, resume.SCENARIO, drops=1, resume_at=replica_url),
         observe_stop(ctx, seed=STOP_SEED, stop_at=replica_url, grace_s=None),
@@ -116,11 +140,15 @@ def _refused_stop(observed: Stopped) -> bool:
     )
 
 
-def judge(observed: Replicated) -> CheckResult:
+def judge(observed: Replicated | Unreplicated, budget: Budget) -> CheckResult:
     """Pass: ``resume``'s judge passes the stream resumed on B and ``resume_stop``'s the Stop
     sent to B. The verdict is the first failure's, in that order: B refusing the resume or
-    the Stop (the log is not shared), or the step-15 check's own verdict."""
-    resumed, stopped = resume.judge(observed.resumed), judge_stop(observed.stopped)
+    the Stop (the log is not shared), or the step-15 check's own verdict. No second replica:
+    skipped."""
+    if isinstance(observed, Unreplicated):
+        return result.skipped(NO_REPLICA, NO_REPLICA_ADVICE)
+    resumed = resume.judge(observed.resumed, budget)
+    stopped = resume_stop.judge(observed.stopped, budget)
     evidence: Evidence = {**resumed.evidence, **stopped.evidence}
     if observed.resumed.sent is not None and _refused_resume(observed.resumed):
         return result.failed(NOT_SHARED, evidence, SHARED_ADVICE)
@@ -131,9 +159,3 @@ def judge(observed: Replicated) -> CheckResult:
     if not stopped.passed:
         return replace(stopped, id=ID, evidence=evidence)
     return result.passed(PASSED, evidence)
-
-
-async def check_resume_replica(ctx: CheckContext) -> CheckResult:
-    if ctx.replica_url is None:
-        return result.skipped(NO_REPLICA, NO_REPLICA_ADVICE)
-    return judge(await observe(ctx, ctx.replica_url))

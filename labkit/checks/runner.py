@@ -95,8 +95,8 @@ async def run_one(check: Check, ctx: CheckContext) -> CheckResult:
 
     A check that comes out inconclusive (the machine paused, the mock was too busy) is run
     again, up to ATTEMPTS times in all: a pause of a second or two on a shared machine rarely
-    strikes twice, and a verdict is worth more than an honest shrug (a check whose catalogue
-    entry says ``retry_inconclusive=False`` runs once). The evidence of a result
+    strikes twice, and a verdict is worth more than an honest shrug (a check whose module
+    says ``RETRY_INCONCLUSIVE = False`` runs once). The evidence of a result
     that took more than one attempt says how many (``attempts``) and why the first did not
     count (``first_attempt``)."""
     result = await _attempt(check, ctx)
@@ -117,8 +117,7 @@ async def _attempt(check: Check, ctx: CheckContext) -> CheckResult:
     machine = ctx.budget
     run, budget_s = check.run, machine.stretch(check.budget_s)
     if ctx.upstream == "engine":
-        assert check.on_engine is not None, check.id
-        run, budget_s = check.on_engine, machine.stretch(check.engine_budget_s)
+        run, budget_s = check.run_on_engine, machine.stretch(check.engine_budget_s)
         busy = await _engine_busy(check, ctx)
         if busy is not None:
             return busy
@@ -224,13 +223,16 @@ async def arun_checks(
     lane of any ``arun_checks`` in this event loop is running (``TIMED_LANES``). Pass False
     to run it as soon as this call's own lanes end, whatever else runs.
 
-    ``budget`` is the machine the time limits are for (default ``Budget.here()``: this
-    process's CPUs, read once for the run).
+    ``budget`` is the machine the time limits are for. This is a top-level entry point: given
+    none, it reads this process's CPUs once (``Budget.here()``) and hands that Budget down to
+    every check; nothing below it reads the machine.
 
     ``replica_url`` is a second replica of the proxy sharing its replay log (``REDIS_URL``),
     for ``resume_replica`` (skipped without one); give both replicas one ``usage_log``.
     """
     ids = select(only)
+    if budget is None:  # the top level: the one place a check run reads the machine
+        budget = Budget.here()
     ctx = CheckContext(
         proxy_url,
         upstream_url,
@@ -238,13 +240,13 @@ async def arun_checks(
         proxy_pid=proxy_pid,
         upstream_token=upstream_token,
         upstream=upstream,
-        budget=Budget.given_or_here(budget),
+        budget=budget,
         replica_url=replica_url,
     )
     results: dict[str, CheckResult] = {}
     if upstream == "engine":
         for check in (BY_ID[i] for i in ids):
-            if check.on_engine is None:
+            if not check.on_engine:
                 results[check.id] = _not_on_engine(check)
             else:
                 results[check.id] = await run_one(check, ctx)

@@ -15,7 +15,7 @@ helper; the same request (same seed) asked of the upstream directly, unstreamed,
 calls should be. Pass: the assembled message has both calls, in order, with distinct ids,
 and each call's arguments parse as JSON and equal the upstream's. No time is measured.
 ``observe`` asks both, ``judge`` decides (tested in process:
-tests/grading/test_judges_tool_calls.py).
+tests/checks/test_judges_tool_calls.py).
 """
 
 from __future__ import annotations
@@ -28,10 +28,14 @@ from typing import Any
 import httpx
 
 from labkit.checks.context import PROMPT, CheckContext, Outcome
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 
 ID = "tool_calls"
 STEP = "09_tool_calls_and_partial_json"
+SUMMARY = "parallel tool calls keep their index and id; the SDK assembles both"
+BUDGET_S = 10.0
+MOCK_ONLY = "needs parallel tool-call deltas on demand, which only the mock sends"
 SEED = 5301
 SCENARIO = {"ttft_ms": 100, "tps": 100, "interleave_tools": True}
 LIMIT_S = 8.0
@@ -126,7 +130,7 @@ async def observe(ctx: CheckContext) -> Observed:
     return Observed(tuple(expected), ending, tuple(calls))
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """Pass: the SDK finished, and assembled the upstream's calls in order (names and parsed
     arguments equal) with distinct ids."""
     expected, ending, calls = observed.expected, observed.ending, observed.calls
@@ -165,7 +169,3 @@ def judge(observed: Observed) -> CheckResult:
         "the client files every fragment under its index, and parallel calls' fragments "
         "interleave.",
     )
-
-
-async def check_tool_calls(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))

@@ -22,26 +22,37 @@ reference's longest gap is 150-160 ms (a three-token chunk) and no event is in a
 machine gives an occasional long gap followed by one group, not a pattern: most events still
 arrive alone. A proxy that holds everything to the end fails, with no warning.
 
-On a real engine (``check_trickle_on_engine``): 40 tokens after a short prompt, at whatever pace
+On a real engine (``observe_on_engine``): 40 tokens after a short prompt, at whatever pace
 the engine has (15-50 tokens/s on two shared cores: one to three seconds). The engine's books,
 read every 50 ms, give when it made its first token (it had read the prompt) and its last (the
 decoded count last moved); the judgement is the same. Measured: a trickling proxy's first token
 arrives within tens of ms of the engine's, its tokens span the whole generation (ratio about
 1); a buffering one's arrive together after the last (ratio about 0).
+
+``observe`` and ``observe_on_engine`` return what the client saw and when the upstream made its
+first and last token (``Observed``); ``judge`` decides for both, and is tested in process
+(tests/checks/test_judges_trickle.py). The client gives up a read after LIMIT_S (ENGINE_LIMIT_S on
+an engine), stretched with the run's ``Budget``.
 """
 
 from __future__ import annotations
 
 import itertools
 import statistics
+from dataclasses import dataclass
 
 from labkit.capture import Capture, acapture_stream
 from labkit.checks.context import CheckContext, Outcome, chat_body, finished, ms
 from labkit.checks.engine_requests import engine_body
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 
 ID = "trickle"
 STEP = "02_forwarding_proxy"
+SUMMARY = "tokens reach the client as they are generated"
+BUDGET_S = 10.0
+ENGINE_BUDGET_S = 45.0
+LIMIT_S = 10.0  # per read: the stream takes about 2 s
 SEED = 4101
 SCENARIO = {"ttft_ms": 200, "tps": 20, "tokens": 40}
 MAX_FIRST_LAG = 0.5  # of the upstream's generation time
@@ -54,31 +65,50 @@ BATCHED = (
     "releases them together (a flush timer, send coalescing, Nagle's algorithm)"
 )
 ENGINE_TOKENS = 40
-ENGINE_TIMEOUT_S = 30.0  # per read: a first token on a crowded machine can take seconds
+ENGINE_LIMIT_S = 30.0  # per read: a first token on a crowded machine can take seconds
 
 result = Outcome(ID, STEP)
 
 
-async def check_trickle(ctx: CheckContext) -> CheckResult:
-    capture = await acapture_stream(ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=10)
+@dataclass(frozen=True)
+class Observed:
+    """What the client saw, and when the upstream made its first and last token
+    (``time.time()``; None if it made none)."""
+
+    capture: Capture
+    produced: tuple[float, float] | None
+
+
+async def observe(ctx: CheckContext) -> Observed:
+    capture = await acapture_stream(
+        ctx.chat_url, json=chat_body(SEED, SCENARIO), timeout=ctx.budget.stretch(LIMIT_S)
+    )
     record = await ctx.record(SEED, until=finished)
     if record is None or record.get("first_token_at") is None:
-        return _judge(capture, None)
+        return Observed(capture, None)
     last = record.get("ended_at") or record["first_token_at"]
-    return _judge(capture, (record["first_token_at"], last))
+    return Observed(capture, (record["first_token_at"], last))
 
 
-async def check_trickle_on_engine(ctx: CheckContext) -> CheckResult:
+async def observe_on_engine(ctx: CheckContext) -> Observed:
     body = engine_body(await ctx.books.model(), max_tokens=ENGINE_TOKENS)
+    limit = ctx.budget.stretch(ENGINE_LIMIT_S)
     async with ctx.books.watch() as watch:
-        capture = await acapture_stream(ctx.chat_url, json=body, timeout=ENGINE_TIMEOUT_S)
-        await watch.until(lambda books: books.running == 0, timeout_s=ENGINE_TIMEOUT_S)
-    return _judge(capture, watch.generation())
+        capture = await acapture_stream(ctx.chat_url, json=body, timeout=limit)
+        await watch.until(lambda books: books.running == 0, timeout_s=limit)
+    return Observed(capture, watch.generation())
 
 
-def _judge(capture: Capture, produced: tuple[float, float] | None) -> CheckResult:
+def judge_on_engine(observed: Observed, budget: Budget) -> CheckResult:
+    """The same judgement as on the mock: the engine's books give when it made its tokens."""
+    return judge(observed, budget)
+
+
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """The verdict from what the client saw and when the upstream made its first and last
-    token (``time.time()``; None if it made none)."""
+    token. Every bound is a ratio of the upstream's own generation time: ``budget`` moves
+    none of them."""
+    capture, produced = observed.capture, observed.produced
     if capture.status != 200:
         return result.failed(
             "the proxy answered with an error status instead of a stream",

@@ -22,7 +22,7 @@ upstream never reports counts for a cancelled or failed stream: null or an estim
 
 Skipped when there is no usage log to read (black-box grading of a URL).
 
-On a real engine (``check_usage_on_engine``) the requests go one at a time, so that the
+On a real engine (``observe_on_engine``) the requests go one at a time, so that the
 engine's books (prompt tokens, cached ones included, and tokens predicted) before and after each
 are its true counts: ``asked`` and ``unasked`` complete (24 tokens each), ``cancelled`` hangs up
 once the engine has decoded a few of 200 tokens. The log must hold one line for each, by the
@@ -32,7 +32,7 @@ chunk with choices on demand, which only the mock does: the engine always sends 
 ``choices: []`` chunk.
 
 ``observe`` (``observe_on_engine``) runs the requests and reads the log; ``judge`` holds every
-rule, and is tested on constructed observations in process (tests/grading/test_judges_usage.py).
+rule, and is tested on constructed observations in process (tests/checks/test_judges_usage.py).
 """
 
 from __future__ import annotations
@@ -48,10 +48,14 @@ from typing import Any
 from labkit.capture import Capture, acapture_stream
 from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished
 from labkit.checks.engine_requests import OpenStream, engine_body
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 
 ID = "usage"
 STEP = "05_usage_capture"
+SUMMARY = "the usage log has the true counts, once, right outcome"
+BUDGET_S = 10.0
+ENGINE_BUDGET_S = 90.0
 FAST = {"ttft_ms": 100, "tps": 50, "tokens": 30}
 REQUESTS: Mapping[str, tuple[int, Mapping[str, int], str]] = {
     # name: (seed, scenario, expected outcome)
@@ -65,6 +69,7 @@ REQUESTS: Mapping[str, tuple[int, Mapping[str, int], str]] = {
 ASKING = ("asked", "on_choices_asked")
 UNASKED = ("unasked", "on_choices_unasked")
 HANG_UP_AFTER_S = 0.6
+LIMIT_S = 10.0  # each request's read timeout
 # How long a line that has not come yet is waited for, once the streams are over: a correct
 # proxy writes it within milliseconds, but a loaded machine can hold it up for seconds
 # (docs/measurements.md). Only a proxy whose line never comes waits it out.
@@ -74,7 +79,7 @@ COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 ENGINE_TOKENS = 24
 ENGINE_CANCEL_TOKENS = 200
 ENGINE_HANG_UP_DECODES = 5
-ENGINE_TIMEOUT_S = 30.0  # per read, and for the engine to start decoding
+ENGINE_LIMIT_S = 30.0  # per read, and for the engine to start decoding
 ENGINE_IDLE_WAIT_S = 30.0
 IDLE_EVERY_S = 0.1  # nobody hangs up while these wait: the engine's books may be read often
 
@@ -85,7 +90,9 @@ async def _send(ctx: CheckContext, name: str) -> Capture:
     seed, scenario, _ = REQUESTS[name]
     body = chat_body(seed, scenario, include_usage=name in ASKING)
     hang_up = HANG_UP_AFTER_S if name == "cancelled" else None
-    return await acapture_stream(ctx.chat_url, json=body, disconnect_after_s=hang_up, timeout=10)
+    return await acapture_stream(
+        ctx.chat_url, json=body, disconnect_after_s=hang_up, timeout=ctx.budget.stretch(LIMIT_S)
+    )
 
 
 def read_log(path: Path) -> tuple[list[dict[str, Any]], int]:
@@ -136,7 +143,8 @@ def _truth(prompt: int | None, completion: int | None) -> dict[str, int | None]:
 class Observed:
     """What the experiment saw: each request as sent (``Sent``), the usage log's new JSON object
     lines once every request had one (or LOG_WAIT_S had passed), and how many lines were not JSON
-    objects; or the requests that never reached the upstream (``missing``: the log is not read);
+    objects (LOG_WAIT_S and the others stretched with the run's ``Budget``); or the requests
+    that never reached the upstream (``missing``: the log is not read);
     or that there was no usage log to read (``has_log`` False)."""
 
     sent: tuple[Sent, ...] = ()
@@ -156,7 +164,7 @@ async def observe(ctx: CheckContext) -> Observed:
     captures = dict(zip(names, await asyncio.gather(*(_send(ctx, n) for n in names)), strict=True))
     records: dict[str, Record | None] = {}
     for name in names:
-        records[name] = await ctx.record(REQUESTS[name][0], until=finished, wait_s=1.0)
+        records[name] = await ctx.record(REQUESTS[name][0], until=finished)
     missing = [n for n in names if records[n] is None]
     if missing:
         return Observed(missing=tuple(missing))
@@ -171,17 +179,13 @@ async def observe(ctx: CheckContext) -> Observed:
         asked = True if name in ASKING else False if name in UNASKED else None
         got = captures[name].usage is not None
         sent.append(Sent(name, str(record["id"]), expected, truth, asked, got))
-    return await _read_log(ctx.usage_log, sent)
-
-
-async def check_usage(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))
+    return await _read_log(ctx.usage_log, sent, ctx.budget.stretch(LOG_WAIT_S))
 
 
 async def observe_on_engine(ctx: CheckContext) -> Observed:
     if ctx.usage_log is None:
         return NO_LOG
-    books = ctx.books
+    books, stretch = ctx.books, ctx.budget.stretch
     model = await books.model()
     lines_before = _line_count(ctx.usage_log)
     sent: list[Sent] = []
@@ -189,8 +193,9 @@ async def observe_on_engine(ctx: CheckContext) -> Observed:
     for name in ("asked", "unasked"):
         before = await books.read()
         body = engine_body(model, max_tokens=ENGINE_TOKENS, include_usage=name == "asked")
-        capture = await acapture_stream(ctx.chat_url, json=body, timeout=ENGINE_TIMEOUT_S)
-        after = await books.wait_idle(ENGINE_IDLE_WAIT_S, IDLE_EVERY_S) or await books.read()
+        capture = await acapture_stream(ctx.chat_url, json=body, timeout=stretch(ENGINE_LIMIT_S))
+        idle = await books.wait_idle(stretch(ENGINE_IDLE_WAIT_S), IDLE_EVERY_S)
+        after = idle or await books.read()
         spent = after.since(before)
         if spent.prompt == 0:
             missing.append(name)
@@ -203,21 +208,24 @@ async def observe_on_engine(ctx: CheckContext) -> Observed:
         body = engine_body(model, max_tokens=ENGINE_CANCEL_TOKENS)
         stream = await OpenStream(ctx.chat_url, body).start()
         started = await watch.until(
-            lambda now: now.decoded - before.decoded >= ENGINE_HANG_UP_DECODES, ENGINE_TIMEOUT_S
+            lambda now: now.decoded - before.decoded >= ENGINE_HANG_UP_DECODES,
+            stretch(ENGINE_LIMIT_S),
         )
         await stream.hang_up()
     if started is None:
         missing.append("cancelled")
     ids = stream.completion_ids
     sent.append(Sent("cancelled", min(ids) if ids else None, "cancelled"))
-    await books.wait_idle(ENGINE_IDLE_WAIT_S)  # a proxy that does not cancel leaves it going
+    await books.wait_idle(stretch(ENGINE_IDLE_WAIT_S))  # a proxy that does not cancel: going
     if missing:
         return Observed(missing=tuple(missing))
-    return await _read_log(ctx.usage_log, sent, since_line=lines_before)
+    log_wait = stretch(LOG_WAIT_S)
+    return await _read_log(ctx.usage_log, sent, log_wait, since_line=lines_before)
 
 
-async def check_usage_on_engine(ctx: CheckContext) -> CheckResult:
-    return judge(await observe_on_engine(ctx))
+def judge_on_engine(observed: Observed, budget: Budget) -> CheckResult:
+    """The same judgement as on the mock: the engine's books give the true counts."""
+    return judge(observed, budget)
 
 
 def _ids(capture: Capture) -> set[str]:
@@ -264,10 +272,12 @@ def _lines_for(
     return [e for e in entries if e.get("id") not in known]
 
 
-async def _read_log(log: Path, sent: Sequence[Sent], *, since_line: int = 0) -> Observed:
-    """Wait (up to LOG_WAIT_S) for a line per request in ``log`` (from line ``since_line``
+async def _read_log(
+    log: Path, sent: Sequence[Sent], wait_s: float, *, since_line: int = 0
+) -> Observed:
+    """Wait (up to ``wait_s``) for a line per request in ``log`` (from line ``since_line``
     on), and return what was sent with the lines there are then."""
-    deadline = time.monotonic() + LOG_WAIT_S
+    deadline = time.monotonic() + wait_s
     while True:
         lines, bad = read_log(log)
         lines = lines[since_line:] if since_line <= len(lines) else []
@@ -276,10 +286,11 @@ async def _read_log(log: Path, sent: Sequence[Sent], *, since_line: int = 0) -> 
         await asyncio.sleep(0.05)
 
 
-def judge(observed: Observed) -> CheckResult:
+def judge(observed: Observed, budget: Budget) -> CheckResult:
     """Pass: exactly one line per request, with the outcome expected and (for a completed one)
     the upstream's counts; no line that is not a JSON object; usage sent to the clients that
-    asked for it and only to them. The verdict names the first problem found."""
+    asked for it and only to them. The verdict names the first problem found. Nothing is
+    timed: ``budget`` moves nothing."""
     if not observed.has_log:
         return _no_log()
     if observed.missing:

@@ -19,7 +19,7 @@ client's hang-up. Without a view of the sockets, the engine must be idle within 
 ENGINE_NOTICE_S.
 
 ``observe`` runs the experiment; ``judge`` decides, and is tested on constructed observations
-in process (tests/grading/test_judges_whole_answer.py).
+in process (tests/checks/test_judges_whole_answer.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 
 from labkit.capture import acapture_stream
-from labkit.checks.cancel import (
+from labkit.checks._hang_up import (
     ENGINE_IDLE_WAIT_S,
     ENGINE_NOTICE_S,
     MAX_STOP_S,
@@ -39,14 +39,17 @@ from labkit.checks.cancel import (
 from labkit.checks.context import CheckContext, Outcome, Record, chat_body, finished, ms
 from labkit.checks.engine_requests import OpenStream, engine_body
 from labkit.checks.engine_sockets import EngineSockets
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 
 ID = "cancel_whole_answer"
 STEP = "06_midstream_errors"
+SUMMARY = "a disconnect during a whole (non-streamed) answer stops it"
 SEED = 6601
 TOKENS = 400
 SCENARIO = {"ttft_ms": 200, "tps": 20, "tokens": TOKENS}
 HANG_UP_S = 1.2
+LIMIT_S = 60.0  # the client's read timeout, as it always was (it hangs up long before)
 BUDGET_S = 8.0
 ENGINE_TOKENS = 400
 ENGINE_HANG_UP_DECODES = 10
@@ -73,15 +76,19 @@ class Observed:
 
 async def observe(ctx: CheckContext) -> Observed:
     capture = await acapture_stream(
-        ctx.chat_url, json=chat_body(SEED, SCENARIO, stream=False), disconnect_after_s=HANG_UP_S
+        ctx.chat_url,
+        json=chat_body(SEED, SCENARIO, stream=False),
+        disconnect_after_s=HANG_UP_S,
+        timeout=ctx.budget.stretch(LIMIT_S),
     )
     hung_up_at = capture.started_at + capture.total_time
-    record = await ctx.record(SEED, until=finished, wait_s=WAIT_S)
+    record = await ctx.record(SEED, until=finished, wait_s=ctx.budget.stretch(WAIT_S))
     return Observed(hung_up_at, record)
 
 
-def judge(observed: Observed) -> CheckResult:
-    """Pass: the mock recorded the request ``cancelled`` within MAX_STOP_S of the hang-up."""
+def judge(observed: Observed, budget: Budget) -> CheckResult:
+    """Pass: the mock recorded the request ``cancelled`` within MAX_STOP_S of the hang-up
+    (``budget`` does not move it)."""
     record = observed.record
     if record is None:
         return result.never_reached({})
@@ -102,10 +109,6 @@ def judge(observed: Observed) -> CheckResult:
     return result.failed(verdict, evidence, ADVICE)
 
 
-async def check_cancel_whole_answer(ctx: CheckContext) -> CheckResult:
-    return judge(await observe(ctx))
-
-
 @dataclass(frozen=True)
 class EngineObserved:
     """On an engine: whether the engine started decoding the answer, whether the proxy's sockets
@@ -123,25 +126,26 @@ async def observe_on_engine(ctx: CheckContext) -> EngineObserved:
     """The books are read often only until the hang-up: after it, only sparsely (``wait_idle``),
     because every read wakes the engine's waiting HTTP threads, and a whole answer's thread
     checks for a gone client only after a second without a wake-up (labkit.checks.engine_books)."""
-    books = ctx.books
+    books, stretch = ctx.books, ctx.budget.stretch
     body = engine_body(await books.model(), max_tokens=ENGINE_TOKENS, stream=False)
     sockets = EngineSockets.for_url(ctx.upstream_url)
     async with books.watch() as watch:
         before = watch.last
         request = await OpenStream(ctx.chat_url, body).start()
         started = await watch.until(
-            lambda now: now.decoded - before.decoded >= ENGINE_HANG_UP_DECODES, ENGINE_START_S
+            lambda now: now.decoded - before.decoded >= ENGINE_HANG_UP_DECODES,
+            stretch(ENGINE_START_S),
         )
         at_hang_up = watch.last
     watched = sockets.open_ends() if sockets is not None else set()
     hung_up_at = await request.hang_up()
     closed_at = None
     if sockets is not None and watched:
-        closed_at = await sockets.closed_by_peer(watched, WAIT_S)
-    idle = await books.wait_idle(WAIT_S + ENGINE_NOTICE_S)
+        closed_at = await sockets.closed_by_peer(watched, stretch(WAIT_S))
+    idle = await books.wait_idle(stretch(WAIT_S) + ENGINE_NOTICE_S)
     idle_at = time.time() if idle is not None else None
     seen = idle or await books.read()
-    await books.wait_idle(ENGINE_IDLE_WAIT_S)
+    await books.wait_idle(stretch(ENGINE_IDLE_WAIT_S))
     return EngineObserved(
         started=started is not None,
         sockets_watched=sockets is not None and bool(watched),
@@ -151,7 +155,7 @@ async def observe_on_engine(ctx: CheckContext) -> EngineObserved:
     )
 
 
-def judge_on_engine(observed: EngineObserved) -> CheckResult:
+def judge_on_engine(observed: EngineObserved, budget: Budget) -> CheckResult:
     """Pass: the proxy closed its connection to the engine within MAX_STOP_S of the hang-up
     (without a view of the sockets: the engine was idle within MAX_STOP_S + ENGINE_NOTICE_S).
     An engine that never started decoding: inconclusive (the machine was too slow)."""
@@ -164,7 +168,8 @@ def judge_on_engine(observed: EngineObserved) -> CheckResult:
     if not observed.started:
         return result.inconclusive(
             "inconclusive: the engine was too slow to start generating",
-            f"it did not decode {ENGINE_HANG_UP_DECODES} tokens in {ENGINE_START_S:g} s",
+            f"it did not decode {ENGINE_HANG_UP_DECODES} tokens in "
+            f"{budget.stretch(ENGINE_START_S):g} s",
             evidence,
         )
     if observed.sockets_watched:
@@ -182,7 +187,3 @@ def judge_on_engine(observed: EngineObserved) -> CheckResult:
     else:
         verdict = "the upstream generated the whole answer after the client had left"
     return result.failed(verdict, evidence, ADVICE)
-
-
-async def check_cancel_whole_answer_on_engine(ctx: CheckContext) -> CheckResult:
-    return judge_on_engine(await observe_on_engine(ctx))

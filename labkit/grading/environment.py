@@ -216,11 +216,12 @@ def check_environment(
 ) -> EnvironmentCheck:
     """Start ``python`` (default: this process's, the one proxies are started with) as the
     grading user of ``isolation`` (default: the one grading chooses, ``isolation.choose``) and
-    import ``PROXY_IMPORTS``. ``budget``: the machine the time limit is for (default: this
-    one). Raises ``SandboxUnavailableError`` as ``choose`` does."""
+    import ``PROXY_IMPORTS``. ``budget``: the machine the time limit is for; a top-level entry
+    point, given none it reads this machine (``Budget.here()``). Raises
+    ``SandboxUnavailableError`` as ``choose`` does."""
     isolation = isolation or choose()
     python = python or sys.executable
-    limit = Budget.given_or_here(budget).stretch(CHECK_S)
+    limit = (Budget.here() if budget is None else budget).stretch(CHECK_S)
     run = observe(isolation, python=python, limit_s=limit)
     problem = judge(run, version=sys.version, limit_s=limit)
     details = _tail(run.stderr) if problem else ""

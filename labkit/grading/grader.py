@@ -184,8 +184,8 @@ async def agrade_file(
 
     ``network``: the network this process (and so the grading) has, for the report, from
     ``labkit.grading.network.enter_own_namespace``; by default, what this process sees now.
-    ``budget``: the machine every time limit of the grading is for (default: this one's, read
-    once here with ``Budget.here()``).
+    ``budget``: the machine every time limit of the grading is for. A top-level entry point:
+    given none, it reads this machine once here (``Budget.here()``) and hands that down.
 
     With ``precheck`` (the default) a check that needs a part still stubbed in the file (see
     ``unwritten_results``) fails with a verdict naming that part, without being run. With
@@ -193,7 +193,8 @@ async def agrade_file(
     ``EngineReadError`` if it does not answer.
     """
     rubric = rubric or Rubric()
-    budget = Budget.given_or_here(budget)
+    if budget is None:  # the top level: the one place this grading reads the machine
+        budget = Budget.here()
     source = Path(path)
     ids = select(only)
     report_name = name or source.name
@@ -443,9 +444,11 @@ async def agrade_url(
 
     ``upstream_url`` is the mock the proxy forwards to, or with ``upstream="engine"`` the real
     engine (raises ``EngineReadError`` if it does not answer). ``budget``: the machine the time
-    limits are for (default: this one's, read once here with ``Budget.here()``)."""
+    limits are for; a top-level entry point, given none it reads this machine once here
+    (``Budget.here()``)."""
     rubric = rubric or Rubric()
-    budget = Budget.given_or_here(budget)
+    if budget is None:  # the top level: the one place this grading reads the machine
+        budget = Budget.here()
     ids = select(only)
     started = time.monotonic()
     proxy_url = proxy_url.rstrip("/")

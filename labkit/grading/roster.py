@@ -201,14 +201,17 @@ def grade_in_worker(
     """Grade one submission in a worker process (against the real engine at ``engine_url``,
     if given; its notebook parts, if it has them, by the course in ``course``, default
     ``notebook_grader.course_dir()``, their runner forked by the class's ``zygote`` if there
-    is one), stopped after the time ``budget``'s machine allows (default: this one's).
+    is one), stopped after the time ``budget``'s machine allows, and graded for that machine:
+    the worker gets its CPUs (``--cpus``) and never reads the machine itself. A top-level entry
+    point (the CLI's ``labkit grade``, Gradescope's): given no budget, it reads this machine once
+    here (``Budget.here()``).
     ``half`` grades only ``proxy.py``'s checks or only the notebook parts (a class grades
     them in lanes of their own: ``grade_many``). Raises ``GradingError`` on a setup failure."""
     ids = [] if half == "parts" else select(only)
     parts = submission.parts and half != "proxy"
-    machine = Budget.given_or_here(budget)
+    machine = Budget.here() if budget is None else budget  # the top level, given none
     command = [sys.executable, "-m", "labkit.grading.worker", str(submission.path.resolve())]
-    command += ["--name", submission.learner]
+    command += ["--name", submission.learner, "--cpus", repr(machine.cpus)]
     if rubric_path is not None:
         command += ["--rubric", str(Path(rubric_path).resolve())]
     if only:

@@ -98,10 +98,10 @@ class Rubric:
         return self.inconclusive == "award"
 
     def time_limit_s(
-        self, ids: Iterable[str] = (), *, engine: bool = False, budget: Budget | None = None
+        self, ids: Iterable[str] = (), *, budget: Budget, engine: bool = False
     ) -> float:
-        """``submission_timeout_s`` on the grading's machine (``budget``; default: this one's,
-        ``Budget.here()``): stretched below one CPU, and never shorter than the longest of the
+        """``submission_timeout_s`` on the grading's machine (``budget``, the caller's): stretched
+        below one CPU, and never shorter than the longest of the
         checks ``ids`` (``minute_stream`` alone takes 67 s) plus ``START_MARGIN_S`` for starting
         the proxy. On a real engine (``engine``) the checks run one after another, so never
         shorter than all their engine budgets together."""
@@ -110,8 +110,7 @@ class Rubric:
             needed = sum(check.engine_budget_s for check in checks)
         else:
             needed = max((check.budget_s for check in checks), default=0.0)
-        machine = Budget.given_or_here(budget)
-        return machine.stretch(max(self.submission_timeout_s, needed + START_MARGIN_S))
+        return budget.stretch(max(self.submission_timeout_s, needed + START_MARGIN_S))
 
     def weight(self, check_id: str) -> float:
         if is_part_id(check_id):

@@ -121,20 +121,20 @@ def start_proxy(
     cwd: Path,
     isolation: Isolation | None = None,
     together: int = 1,
-    budget: Budget | None = None,
+    budget: Budget,
     settings: Mapping[str, str] | None = None,
 ) -> SandboxedProxy:
     """Serve ``submission``'s ``app`` in a child process with a clean environment, inside
     ``isolation`` (default: the strongest this machine allows, see ``labkit.grading.isolation``).
     ``together``: how many proxies the caller starts at once, this one included; they share the
-    ``budget``'s CPUs (default: this machine's, ``Budget.here()``), so each may take that much
+    ``budget``'s CPUs (the grading's, handed down), so each may take that much
     longer (``Budget.start_scale``). ``settings``: more environment for the proxy, the settings
     its checks need (``labkit.checks.catalogue.proxy_env_for``).
 
     Raises ``ServerStartError`` (a subclass per way of failing; see ``problem_from``).
     """
     isolation = isolation or choose()
-    machine = Budget.given_or_here(budget)
+    machine = budget
     given = {"UPSTREAM_URL": upstream_url, "USAGE_LOG": os.fspath(usage_log)}
     env = clean_env(cwd, {**(settings or {}), **given})
     confinement = Confinement.create(isolation)

@@ -1,7 +1,12 @@
 """Grade one file in this process and print the outcome as JSON: ``labkit grade``'s worker.
 
-``python -m labkit.grading.worker FILE [--name NAME] [--rubric TOML] [--only ID ...]
+``python -m labkit.grading.worker FILE --cpus CPUS [--name NAME] [--rubric TOML] [--only ID ...]
 [--engine URL] [--course DIR [--notebooks DIR] [--zygote SOCKET] [--parts-only]]``
+
+``--cpus`` is the caller's ``Budget`` (``labkit.checks.machine``): the CPUs every time limit of
+this grading is set for. The caller read its machine once and set the worker's own time limit
+for it; the worker grades for the same machine and never reads it again, so a class graded as
+if on half a CPU (``grade_many(..., budget=Budget(cpus=0.5))``) is graded so in every worker.
 
 With ``--course`` (the instructor's notebooks) the learner's in-notebook parts are graded too,
 beside ``proxy.py``'s checks, from their notebooks in ``--notebooks`` (none given: they handed in
@@ -89,9 +94,9 @@ class WorkerOutcome:
 async def _grade(args: argparse.Namespace, rubric: Rubric, network: Network) -> SubmissionReport:
     """``proxy.py``'s checks and, with ``--course``, the notebook parts beside them (the
     notebooks' checks mostly wait on their own servers, as the proxy's do). One ``Budget``,
-    read here, sets the time limits of both."""
+    the caller's (``--cpus``), sets the time limits of both."""
     started = time.monotonic()
-    budget = Budget.here()
+    budget = Budget(cpus=args.cpus)
     if args.parts_only:
         parts = await _parts(args, budget)
         name = args.name or Path(args.file).name
@@ -124,6 +129,12 @@ async def _parts(args: argparse.Namespace, budget: Budget) -> list[CheckResult]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labkit.grading.worker")
     parser.add_argument("file")
+    parser.add_argument(
+        "--cpus",
+        type=float,
+        required=True,
+        help="the CPUs the caller's Budget is for: every time limit is set for them",
+    )
     parser.add_argument("--name")
     parser.add_argument("--rubric")
     parser.add_argument("--only", nargs="+")

@@ -15,9 +15,9 @@ from labkit.checks.concurrency import (
     IDLE_SHARE,
     MAX_PROBE_S,
     Measured,
-    _judge,
     idle_wait_s,
     reached_together,
+    verdict,
 )
 from labkit.checks.context import Record
 
@@ -90,7 +90,7 @@ def measured(
 
 
 def test_all_through_but_some_waited_fails_saying_they_waited() -> None:
-    result = _judge(measured(4), MAX_PROBE_S)
+    result = verdict(measured(4), MAX_PROBE_S)
     assert result.status == "failed"
     assert result.verdict.startswith("some streams waited: they reached the upstream only after")
     assert "httpx.Limits" in result.hint
@@ -102,7 +102,7 @@ def test_queued_streams_with_one_slow_probe_fail_when_the_upstream_answered_at_o
     """A proxy whose workers are all busy (Apache with fewer threads than streams): most probes
     answered at once, one waited, and streams queued; the upstream, probed directly, answered in
     milliseconds all along. The machine did not pause: the streams waited, and that fails."""
-    result = _judge(measured(4, slowest_probe=4.2), MAX_PROBE_S)
+    result = verdict(measured(4, slowest_probe=4.2), MAX_PROBE_S)
     assert result.status == "failed"
     assert result.verdict.startswith("some streams waited")
 
@@ -110,20 +110,20 @@ def test_queued_streams_with_one_slow_probe_fail_when_the_upstream_answered_at_o
 def test_a_machine_pause_is_inconclusive_when_the_upstream_was_slow_too() -> None:
     """The upstream's own probe slow at the same time: the whole machine paused, which also
     delays the requests sent meanwhile: not a verdict on the proxy."""
-    result = _judge(measured(4, slowest_probe=4.2, upstream_slowest=1.2), MAX_PROBE_S)
+    result = verdict(measured(4, slowest_probe=4.2, upstream_slowest=1.2), MAX_PROBE_S)
     assert result.status == "skipped" and result.verdict.startswith("inconclusive:")
     assert result.evidence["upstream_probe_max_ms"] == 1200
 
 
 def test_the_upstream_bound_for_a_pause_is_a_quarter_of_the_probe_limit() -> None:
     bound = MAX_PROBE_S / IDLE_SHARE
-    below = _judge(measured(4, slowest_probe=4.2, upstream_slowest=bound - 0.01), MAX_PROBE_S)
-    above = _judge(measured(4, slowest_probe=4.2, upstream_slowest=bound + 0.01), MAX_PROBE_S)
+    below = verdict(measured(4, slowest_probe=4.2, upstream_slowest=bound - 0.01), MAX_PROBE_S)
+    above = verdict(measured(4, slowest_probe=4.2, upstream_slowest=bound + 0.01), MAX_PROBE_S)
     assert (below.outcome, above.outcome) == ("failed", "inconclusive")
 
 
 def test_one_slow_probe_with_no_stream_queued_is_still_a_pause() -> None:
-    result = _judge(measured(6, slowest_probe=4.2), MAX_PROBE_S)
+    result = verdict(measured(6, slowest_probe=4.2), MAX_PROBE_S)
     assert result.outcome == "inconclusive"
 
 
@@ -133,7 +133,7 @@ def test_one_probe_held_for_most_of_the_run_is_a_blocked_loop() -> None:
     median alone took it for a pause of the machine."""
     done = [Capture("http://proxy", terminal="done", total_time=7.2)] * 4
     engine = Measured(4, done, [0.001] * 5, [0.02, 6.746, 0.041, 0.05], 7.283)
-    result = _judge(engine, ENGINE_MAX_PROBE_S)
+    result = verdict(engine, ENGINE_MAX_PROBE_S)
     assert result.outcome == "failed"
     assert result.verdict.startswith("the proxy stops answering while it waits on the upstream")
 
@@ -145,7 +145,7 @@ def test_two_probes_held_one_after_the_other_for_most_of_the_run_are_a_blocked_l
     run, together 90 % of it; one grading in four or five came out inconclusive that way."""
     done = [Capture("http://proxy", terminal="done", total_time=6.5)] * 4
     engine = Measured(4, done, [0.001] * 5, [0.016, 2.927, 2.999, 0.037, 0.035], 6.555)
-    result = _judge(engine, ENGINE_MAX_PROBE_S)
+    result = verdict(engine, ENGINE_MAX_PROBE_S)
     assert result.outcome == "failed"
     assert result.verdict.startswith("the proxy stops answering while it waits on the upstream")
 
@@ -156,14 +156,14 @@ def test_probes_under_the_limit_count_nothing_toward_the_held_share() -> None:
     done = [Capture("http://proxy", terminal="done", total_time=6.5)] * 4
     fast = [0.06] * 60  # 3.6 s of a 5 s run, each under the limit (and the 75 ms median line)
     slow_once = Measured(4, done, [0.001] * 5, [*fast, ENGINE_MAX_PROBE_S + 0.1], 5.0)
-    assert _judge(slow_once, ENGINE_MAX_PROBE_S).outcome == "inconclusive"
+    assert verdict(slow_once, ENGINE_MAX_PROBE_S).outcome == "inconclusive"
 
 
 def test_the_held_share_is_three_quarters_of_the_experiment() -> None:
     elapsed = measured(6).elapsed
 
     def judged(slowest: float) -> str:
-        return _judge(measured(6, slowest_probe=slowest), MAX_PROBE_S).outcome
+        return verdict(measured(6, slowest_probe=slowest), MAX_PROBE_S).outcome
 
     assert judged(HELD_SHARE * elapsed - 0.01) == "inconclusive"
     assert judged(HELD_SHARE * elapsed + 0.01) == "failed"
@@ -171,11 +171,11 @@ def test_the_held_share_is_three_quarters_of_the_experiment() -> None:
 
 def test_a_blocked_loop_is_named_before_the_pool() -> None:
     blocked = Measured(6, [], [0.002] * 5, [2.0] * 20, 8.0, 1, 0)
-    result = _judge(blocked, MAX_PROBE_S)
+    result = verdict(blocked, MAX_PROBE_S)
     assert result.verdict.startswith("the proxy stops answering while it waits on the upstream")
 
 
 def test_every_stream_together_passes_and_an_engine_run_has_no_count() -> None:
-    assert _judge(measured(6), MAX_PROBE_S).passed
-    engine = _judge(measured(None), MAX_PROBE_S)
+    assert verdict(measured(6), MAX_PROBE_S).passed
+    engine = verdict(measured(None), MAX_PROBE_S)
     assert engine.passed and "reached_upstream_together" not in engine.evidence

@@ -4,7 +4,7 @@ clocks is 0 ms, never a negative number that reads like a sentinel."""
 
 from __future__ import annotations
 
-from labkit.checks.cancel import _evidence, tokens_after_hang_up
+from labkit.checks._hang_up import hang_up_evidence, tokens_after_hang_up
 
 
 def record(first: float | None, generated: int, ended: float, tps: float = 20) -> dict[str, object]:
@@ -30,6 +30,6 @@ def test_a_hang_up_before_the_first_token_counts_every_token_made() -> None:
 
 
 def test_a_stop_a_hair_before_the_hang_up_is_zero_ms() -> None:
-    evidence = _evidence(101.2, record(100.0, 25, 101.1995))
+    evidence = hang_up_evidence(101.2, record(100.0, 25, 101.1995))
     assert evidence["upstream_stop_after_hangup_ms"] == 0
     assert evidence["tokens_after_hang_up"] == 0

@@ -21,7 +21,7 @@ from labkit.checks.backpressure import (
     WINDOW_S,
     BackpressureEvidence,
     Sample,
-    judge_backpressure,
+    judge,
     watch_outcome,
     window_s,
 )
@@ -82,7 +82,7 @@ def seen(
 
 
 def judged(evidence: BackpressureEvidence, budget: Budget = ONE_CPU) -> tuple[str, str]:
-    result = judge_backpressure(evidence, budget)
+    result = judge(evidence, budget)
     return result.outcome, result.verdict
 
 
@@ -91,7 +91,7 @@ def judged(evidence: BackpressureEvidence, budget: Budget = ONE_CPU) -> tuple[st
 
 def test_a_standstill_while_the_client_reads_passes_with_its_evidence() -> None:
     samples = [*flowing(), *standstill(60_000)]
-    result = judge_backpressure(seen(samples), ONE_CPU)
+    result = judge(seen(samples), ONE_CPU)
     assert result.passed
     assert result.verdict == HELD
     assert result.hint == "see 10_backpressure_and_slow_clients"
@@ -132,7 +132,7 @@ def test_a_standstill_must_last_longer_than_plateau_s() -> None:
 
 
 def test_a_standstill_while_the_client_reads_nothing_is_inconclusive_not_a_pass() -> None:
-    result = judge_backpressure(seen([*flowing(), *standstill(60_000, reading=False)]), ONE_CPU)
+    result = judge(seen([*flowing(), *standstill(60_000, reading=False)]), ONE_CPU)
     assert result.outcome == "inconclusive"
     assert result.verdict == INCONCLUSIVE
     reason = str(result.evidence["inconclusive"])
@@ -166,7 +166,7 @@ def test_a_read_ahead_verdict_says_where_what_was_read_went(
     growth_mb: float | None, kept: str
 ) -> None:
     samples = [*flowing(), Sample(2.0, LEAD_LIMIT + 1_000, 20, 20)]
-    result = judge_backpressure(seen(samples, rss_growth_mb=growth_mb), ONE_CPU)
+    result = judge(seen(samples, rss_growth_mb=growth_mb), ONE_CPU)
     assert result.status == "failed"
     assert result.verdict == f"{READ_AHEAD} {kept}".replace(" ,", ",")
     assert not re.search(r"\d", result.verdict)
@@ -176,7 +176,7 @@ def test_a_read_ahead_verdict_says_where_what_was_read_went(
 
 def test_an_upstream_that_sent_its_whole_stream_to_the_proxy_fails_as_read_ahead() -> None:
     samples = [*flowing(until=150_000)]
-    result = judge_backpressure(seen(samples, stream_over=True, state="completed"), ONE_CPU)
+    result = judge(seen(samples, stream_over=True, state="completed"), ONE_CPU)
     assert result.status == "failed"
     assert result.verdict.startswith(READ_AHEAD)
 
@@ -191,7 +191,7 @@ def test_a_lead_over_the_limit_fails_even_in_a_standstill() -> None:
 
 
 def test_a_reader_answered_with_an_error_status_got_no_stream() -> None:
-    result = judge_backpressure(seen(flowing(), status=502, ended_by_itself=True), ONE_CPU)
+    result = judge(seen(flowing(), status=502, ended_by_itself=True), ONE_CPU)
     assert result.status == "failed"
     assert result.verdict == NO_STREAM
     assert result.hint.startswith("02_forwarding_proxy: forward the upstream's stream")
@@ -200,18 +200,16 @@ def test_a_reader_answered_with_an_error_status_got_no_stream() -> None:
 
 def test_a_reader_whose_upstream_never_sent_got_no_stream() -> None:
     nothing = [Sample(i / 10, 0, 0, 0) for i in range(5)]
-    result = judge_backpressure(seen(nothing, ended_by_itself=True), ONE_CPU)
+    result = judge(seen(nothing, ended_by_itself=True), ONE_CPU)
     assert result.verdict == NO_STREAM
-    empty = judge_backpressure(seen([], status=None, error="ConnectError"), ONE_CPU)
+    empty = judge(seen([], status=None, error="ConnectError"), ONE_CPU)
     assert empty.verdict == NO_STREAM
     assert empty.evidence["error"] == "ConnectError"
     assert empty.evidence["decided_after_ms"] == 0 and empty.evidence["max_lead_tokens"] == 0
 
 
 def test_a_stream_the_proxy_ended_early_fails_saying_so() -> None:
-    result = judge_backpressure(
-        seen(flowing(), ended_by_itself=True, error="RemoteProtocolError"), ONE_CPU
-    )
+    result = judge(seen(flowing(), ended_by_itself=True, error="RemoteProtocolError"), ONE_CPU)
     assert result.status == "failed"
     assert result.verdict == ENDED_EARLY
     assert result.evidence["error"] == "RemoteProtocolError"
@@ -227,7 +225,7 @@ def test_an_upstream_request_cancelled_before_it_was_sent_whole_is_a_stream_ende
 
 
 def test_a_window_that_closes_while_the_upstream_still_sends_is_inconclusive() -> None:
-    result = judge_backpressure(seen(flowing(until=80_000)), ONE_CPU)
+    result = judge(seen(flowing(until=80_000)), ONE_CPU)
     assert result.outcome == "inconclusive" and result.skipped
     assert result.verdict == INCONCLUSIVE
     reason = str(result.evidence["inconclusive"])
@@ -236,7 +234,7 @@ def test_a_window_that_closes_while_the_upstream_still_sends_is_inconclusive() -
 
 
 def test_a_single_sample_is_still_moving() -> None:
-    result = judge_backpressure(seen([Sample(0.1, 5_000, 0, 0)]), ONE_CPU)
+    result = judge(seen([Sample(0.1, 5_000, 0, 0)]), ONE_CPU)
     assert str(result.evidence["inconclusive"]).startswith("after 0.1 s the upstream had sent")
 
 
@@ -265,13 +263,11 @@ def test_the_watch_stops_on_a_finished_stream_first_then_a_lead_then_a_standstil
 )
 def test_the_window_stretches_below_one_cpu_up_to_twice(cpus: float, window: float) -> None:
     assert window_s(Budget(cpus=cpus)) == pytest.approx(window)
-    verdict = judge_backpressure(seen([*flowing(), *standstill(60_000)]), Budget(cpus=cpus))
+    verdict = judge(seen([*flowing(), *standstill(60_000)]), Budget(cpus=cpus))
     assert verdict.evidence["window_ms"] == round(window * 1000)
 
 
 def test_the_judge_reads_nothing_but_its_arguments() -> None:
     """Same evidence and budget, same result: nothing about the machine it runs on."""
     evidence = seen([*flowing(), *standstill(60_000)], rss_growth_mb=1.4)
-    assert judge_backpressure(evidence, Budget(cpus=0.5)) == judge_backpressure(
-        replace(evidence), Budget(cpus=0.5)
-    )
+    assert judge(evidence, Budget(cpus=0.5)) == judge(replace(evidence), Budget(cpus=0.5))

@@ -7,20 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.checks.cancel import (
-    ENGINE_CANCEL_TOKENS,
-    ENGINE_NOTICE_S,
-    MAX_STOP_S,
-    EngineEarly,
-    EngineNeverStarted,
-    EngineStopped,
-    HungUp,
-    judge_cancel,
-    judge_cancel_before_first_token,
-    judge_cancel_before_first_token_on_engine,
-    judge_cancel_on_engine,
-)
+from labkit.checks import cancel, cancel_before_first_token
+from labkit.checks._hang_up import ENGINE_NOTICE_S, MAX_STOP_S, HungUp
+from labkit.checks.cancel import ENGINE_TOKENS as ENGINE_CANCEL_TOKENS
+from labkit.checks.cancel import EngineNeverStarted, EngineStopped
+from labkit.checks.cancel_before_first_token import EngineObserved as EngineEarly
 from labkit.checks.context import Record
+from labkit.checks.machine import Budget
+
+ONE_CPU = Budget(cpus=1.0)
 
 HUNG_UP = 101.2
 LITTLE = 0.01
@@ -49,8 +44,8 @@ def hung_up(rec: Record | None) -> HungUp:
 
 
 def test_cancel_passes_a_stop_just_inside_the_limit_and_fails_one_just_outside() -> None:
-    inside = judge_cancel(hung_up(record(stop_after=MAX_STOP_S - LITTLE)))
-    outside = judge_cancel(hung_up(record(stop_after=MAX_STOP_S + LITTLE)))
+    inside = cancel.judge(hung_up(record(stop_after=MAX_STOP_S - LITTLE)), ONE_CPU)
+    outside = cancel.judge(hung_up(record(stop_after=MAX_STOP_S + LITTLE)), ONE_CPU)
     assert inside.passed
     assert inside.verdict == "the upstream stopped soon after the client left"
     assert inside.hint == "see 04_cancel_on_disconnect"
@@ -60,7 +55,7 @@ def test_cancel_passes_a_stop_just_inside_the_limit_and_fails_one_just_outside()
 
 
 def test_cancel_passes_a_quick_stop_and_reports_its_evidence() -> None:
-    result = judge_cancel(hung_up(record(stop_after=0.004, generated=25)))
+    result = cancel.judge(hung_up(record(stop_after=0.004, generated=25)), ONE_CPU)
     assert result.passed
     assert dict(result.evidence) == {
         "upstream_state": "cancelled",
@@ -71,7 +66,7 @@ def test_cancel_passes_a_quick_stop_and_reports_its_evidence() -> None:
 
 
 def test_cancel_fails_an_upstream_still_running_after_the_client_left() -> None:
-    result = judge_cancel(hung_up(record(state="running", stop_after=None, generated=60)))
+    result = cancel.judge(hung_up(record(state="running", stop_after=None, generated=60)), ONE_CPU)
     assert result.status == "failed"
     assert result.verdict == "the upstream kept generating after the client left"
     assert result.hint.startswith("04_cancel_on_disconnect: read the upstream inside")
@@ -79,12 +74,12 @@ def test_cancel_fails_an_upstream_still_running_after_the_client_left() -> None:
 
 
 def test_cancel_fails_a_stream_that_completed_in_time_instead_of_being_cancelled() -> None:
-    result = judge_cancel(hung_up(record(state="completed", stop_after=0.1)))
+    result = cancel.judge(hung_up(record(state="completed", stop_after=0.1)), ONE_CPU)
     assert result.verdict == "the upstream did not stop promptly when the client left"
 
 
 def test_cancel_fails_a_request_that_never_reached_the_upstream() -> None:
-    result = judge_cancel(hung_up(None))
+    result = cancel.judge(hung_up(None), ONE_CPU)
     assert result.verdict == "the request never reached the upstream"
     assert result.hint.startswith("02_forwarding_proxy: forward POST")
     assert dict(result.evidence) == {}
@@ -98,8 +93,8 @@ def early(stop_after: float | None, generated: int = 0, state: str = "cancelled"
 
 
 def test_early_cancel_passes_a_stop_just_inside_the_limit_and_fails_one_just_outside() -> None:
-    inside = judge_cancel_before_first_token(early(MAX_STOP_S - LITTLE))
-    outside = judge_cancel_before_first_token(early(MAX_STOP_S + LITTLE))
+    inside = cancel_before_first_token.judge(early(MAX_STOP_S - LITTLE), ONE_CPU)
+    outside = cancel_before_first_token.judge(early(MAX_STOP_S + LITTLE), ONE_CPU)
     assert inside.passed
     assert inside.verdict == "the upstream stopped before its first token when the client left"
     assert not outside.passed
@@ -108,18 +103,18 @@ def test_early_cancel_passes_a_stop_just_inside_the_limit_and_fails_one_just_out
 
 
 def test_early_cancel_fails_a_stop_in_time_that_made_a_token_first() -> None:
-    result = judge_cancel_before_first_token(early(0.05, generated=1))
+    result = cancel_before_first_token.judge(early(0.05, generated=1), ONE_CPU)
     assert result.verdict == "the upstream went on to its first token after the client had left"
     assert result.evidence["tokens_after_hang_up"] == 1
 
 
 def test_early_cancel_fails_an_upstream_still_running() -> None:
-    result = judge_cancel_before_first_token(early(None, state="running"))
+    result = cancel_before_first_token.judge(early(None, state="running"), ONE_CPU)
     assert result.verdict == "the upstream went on to its first token after the client had left"
 
 
 def test_early_cancel_fails_a_request_that_never_reached_the_upstream() -> None:
-    result = judge_cancel_before_first_token(hung_up(None))
+    result = cancel_before_first_token.judge(hung_up(None), ONE_CPU)
     assert result.verdict == "the request never reached the upstream"
     assert result.id == "cancel_before_first_token"
 
@@ -132,8 +127,8 @@ def stopped(after: float | None, generated: int = 14) -> EngineStopped:
 
 
 def test_engine_cancel_passes_an_idle_engine_just_inside_the_limit_only() -> None:
-    inside = judge_cancel_on_engine(stopped(MAX_STOP_S - LITTLE))
-    outside = judge_cancel_on_engine(stopped(MAX_STOP_S + LITTLE))
+    inside = cancel.judge_on_engine(stopped(MAX_STOP_S - LITTLE), ONE_CPU)
+    outside = cancel.judge_on_engine(stopped(MAX_STOP_S + LITTLE), ONE_CPU)
     assert inside.passed and inside.verdict == "the upstream stopped soon after the client left"
     assert dict(inside.evidence) == {
         "upstream_state": "stopped",
@@ -147,26 +142,26 @@ def test_engine_cancel_passes_an_idle_engine_just_inside_the_limit_only() -> Non
 
 
 def test_engine_cancel_fails_an_engine_that_made_every_token_asked() -> None:
-    assert judge_cancel_on_engine(stopped(0.05, ENGINE_CANCEL_TOKENS - 1)).passed
-    result = judge_cancel_on_engine(stopped(0.05, ENGINE_CANCEL_TOKENS))
+    assert cancel.judge_on_engine(stopped(0.05, ENGINE_CANCEL_TOKENS - 1), ONE_CPU).passed
+    result = cancel.judge_on_engine(stopped(0.05, ENGINE_CANCEL_TOKENS), ONE_CPU)
     assert result.verdict == "the upstream did not stop promptly when the client left"
 
 
 def test_engine_cancel_fails_an_engine_still_running() -> None:
-    result = judge_cancel_on_engine(stopped(None, ENGINE_CANCEL_TOKENS))
+    result = cancel.judge_on_engine(stopped(None, ENGINE_CANCEL_TOKENS), ONE_CPU)
     assert result.verdict == "the upstream kept generating after the client left"
     assert result.evidence["upstream_state"] == "running"
 
 
 def test_an_engine_that_never_started_is_inconclusive_if_it_saw_the_request() -> None:
-    result = judge_cancel_on_engine(EngineNeverStarted(200, 40, 3, 1))
+    result = cancel.judge_on_engine(EngineNeverStarted(200, 40, 3, 1), ONE_CPU)
     assert result.outcome == "inconclusive"
     assert result.verdict == "inconclusive: the engine was too slow to start generating"
     assert result.evidence["status"] == 200
 
 
 def test_an_engine_that_never_saw_the_request_fails() -> None:
-    result = judge_cancel_on_engine(EngineNeverStarted(None, 0, 0, 0))
+    result = cancel.judge_on_engine(EngineNeverStarted(None, 0, 0, 0), ONE_CPU)
     assert result.status == "failed"
     assert result.verdict == "the request never reached the upstream"
     assert dict(result.evidence) == {"status": None, "engine_prompt_tokens": 0}
@@ -188,8 +183,8 @@ def engine_early(
 
 
 def test_engine_early_cancel_judges_the_closed_socket_against_the_limit() -> None:
-    inside = judge_cancel_before_first_token_on_engine(engine_early(MAX_STOP_S - LITTLE))
-    outside = judge_cancel_before_first_token_on_engine(engine_early(MAX_STOP_S + LITTLE))
+    inside = cancel_before_first_token.judge_on_engine(engine_early(MAX_STOP_S - LITTLE), ONE_CPU)
+    outside = cancel_before_first_token.judge_on_engine(engine_early(MAX_STOP_S + LITTLE), ONE_CPU)
     assert inside.passed
     assert "judged_by" not in inside.evidence
     assert inside.evidence["first_token_due_ms"] == 4000
@@ -203,31 +198,31 @@ def test_engine_early_cancel_judges_the_closed_socket_against_the_limit() -> Non
 def test_without_sockets_the_engine_idle_time_is_judged_with_its_notice(
     idle_after: float, passed: bool
 ) -> None:
-    result = judge_cancel_before_first_token_on_engine(
-        engine_early(None, idle_after, watched=False)
+    result = cancel_before_first_token.judge_on_engine(
+        engine_early(None, idle_after, watched=False), ONE_CPU
     )
     assert result.passed is passed
     assert result.evidence["judged_by"] == "engine idle time"
 
 
 def test_engine_early_cancel_in_time_with_a_token_made_is_inconclusive() -> None:
-    result = judge_cancel_before_first_token_on_engine(engine_early(0.01, tokens=2))
+    result = cancel_before_first_token.judge_on_engine(engine_early(0.01, tokens=2), ONE_CPU)
     assert result.outcome == "inconclusive"
     assert result.verdict.startswith("inconclusive: the engine made its first token before")
     assert "llama-server --batch-size 32" in result.hint
 
 
 def test_engine_early_cancel_late_with_a_token_made_fails() -> None:
-    result = judge_cancel_before_first_token_on_engine(engine_early(None, None, tokens=8))
+    result = cancel_before_first_token.judge_on_engine(engine_early(None, None, tokens=8), ONE_CPU)
     assert result.verdict == "the upstream went on to its first token after the client had left"
 
 
 def test_engine_early_cancel_fails_a_request_the_engine_never_saw() -> None:
     never = engine_early(None, 0.0, prompt=0, status=None)
-    assert judge_cancel_before_first_token_on_engine(never).verdict == (
+    assert cancel_before_first_token.judge_on_engine(never, ONE_CPU).verdict == (
         "the request never reached the upstream"
     )
     answered = engine_early(None, 0.0, prompt=0, status=502)
-    assert judge_cancel_before_first_token_on_engine(answered).verdict == (
+    assert cancel_before_first_token.judge_on_engine(answered, ONE_CPU).verdict == (
         "the upstream did not stop promptly when the client left early"
     )

@@ -20,7 +20,10 @@ from labkit.checks.comment_silence import (
     judge,
     longest_silence,
 )
+from labkit.checks.machine import Budget
 from labkit.checks.result import INCONCLUSIVE, CheckResult
+
+ONE_CPU = Budget(cpus=1.0)
 
 LITTLE = 0.01
 HEADERS_AT = 0.02
@@ -84,7 +87,7 @@ def test_longest_silence_is_none_when_no_byte_came() -> None:
 
 
 def test_comments_passed_on_pass_with_their_evidence() -> None:
-    result = judge(seen(passed_on()))
+    result = judge(seen(passed_on()), ONE_CPU)
     assert result.passed
     assert result.verdict == QUIET
     assert result.hint == "see 07_heartbeats_and_timeouts"
@@ -99,14 +102,14 @@ def test_comments_passed_on_pass_with_their_evidence() -> None:
 
 
 def test_the_proxy_own_heartbeats_pass_without_any_comment() -> None:
-    result = judge(seen(passed_on(every=2.0), comments=0))
+    result = judge(seen(passed_on(every=2.0), comments=0), ONE_CPU)
     assert result.passed
     assert result.evidence["client_longest_silence_ms"] == 2000
 
 
 def test_a_silence_just_inside_the_limit_passes_and_just_outside_fails() -> None:
-    inside = judge(seen(with_gap(MAX_SILENCE_S - LITTLE)))
-    outside = judge(seen(with_gap(MAX_SILENCE_S + LITTLE)))
+    inside = judge(seen(with_gap(MAX_SILENCE_S - LITTLE)), ONE_CPU)
+    outside = judge(seen(with_gap(MAX_SILENCE_S + LITTLE)), ONE_CPU)
     assert inside.passed
     assert not outside.passed and not outside.skipped
     assert outside.verdict == SILENT
@@ -117,21 +120,21 @@ def test_a_silence_just_inside_the_limit_passes_and_just_outside_fails() -> None
 
 
 def test_comments_dropped_and_counted_as_activity_leave_the_whole_wait_silent() -> None:
-    result = judge(seen(with_gap(FIRST_TOKEN_S), comments=0))
+    result = judge(seen(with_gap(FIRST_TOKEN_S), comments=0), ONE_CPU)
     assert result.verdict == SILENT
     assert result.evidence["client_longest_silence_ms"] == round(FIRST_TOKEN_S * 1000)
 
 
 def test_headers_held_back_count_as_silence_from_the_request() -> None:
     held = tokens_from(MAX_SILENCE_S + LITTLE)
-    assert judge(seen(held)).verdict == SILENT
-    assert judge(seen(tokens_from(MAX_SILENCE_S - LITTLE))).passed
+    assert judge(seen(held), ONE_CPU).verdict == SILENT
+    assert judge(seen(tokens_from(MAX_SILENCE_S - LITTLE)), ONE_CPU).passed
 
 
 def test_a_long_silence_while_the_grader_paused_is_inconclusive_and_without_a_pause_fails() -> None:
     quiet = with_gap(FIRST_TOKEN_S)
-    paused = judge(seen(quiet, pause=GRADER_PAUSE_S + LITTLE))
-    unpaused = judge(seen(quiet, pause=GRADER_PAUSE_S - LITTLE))
+    paused = judge(seen(quiet, pause=GRADER_PAUSE_S + LITTLE), ONE_CPU)
+    unpaused = judge(seen(quiet, pause=GRADER_PAUSE_S - LITTLE), ONE_CPU)
     assert paused.outcome == "inconclusive"
     assert paused.verdict == "inconclusive: the grader paused while it timed the client's silence"
     assert paused.evidence["grader_pause_ms"] == round((GRADER_PAUSE_S + LITTLE) * 1000)
@@ -145,7 +148,7 @@ def test_a_long_silence_while_the_grader_paused_is_inconclusive_and_without_a_pa
 
 
 def test_a_short_silence_passes_however_long_the_grader_paused() -> None:
-    result = judge(seen(passed_on(), pause=5.0))
+    result = judge(seen(passed_on(), pause=5.0), ONE_CPU)
     assert result.passed
     assert "grader_pause_ms" not in result.evidence
 
@@ -162,13 +165,13 @@ def test_a_short_silence_passes_however_long_the_grader_paused() -> None:
 def test_a_stream_that_did_not_end_normally_fails_even_when_never_silent(
     observed: Observed,
 ) -> None:
-    result = judge(observed)
+    result = judge(observed, ONE_CPU)
     assert result.verdict == UNENDED
     assert result.hint.startswith("07_heartbeats_and_timeouts: read comment events as events")
 
 
 def test_a_stream_that_did_not_end_fails_rather_than_pausing_inconclusively() -> None:
-    result = judge(seen(with_gap(FIRST_TOKEN_S), terminal="truncated", pause=3.0))
+    result = judge(seen(with_gap(FIRST_TOKEN_S), terminal="truncated", pause=3.0), ONE_CPU)
     assert result.status == "failed"
     assert result.verdict == UNENDED
 
@@ -177,13 +180,13 @@ def test_a_client_that_got_no_byte_at_all_fails_without_crashing() -> None:
     """Bug: ``longest_silence`` took ``max`` of no gaps, so a proxy that reached the upstream
     and never answered crashed the judge with ValueError. Fix: no byte is no silence to
     measure (None), and the stream did not end normally."""
-    result = judge(seen((), status=None, terminal="truncated", comments=0))
+    result = judge(seen((), status=None, terminal="truncated", comments=0), ONE_CPU)
     assert result.verdict == UNENDED
     assert result.evidence["client_longest_silence_ms"] is None
 
 
 def test_a_request_that_never_reached_the_upstream_fails_with_its_status() -> None:
-    result = judge(seen((HEADERS_AT, 0.03), status=404, terminal="error", reached=False))
+    result = judge(seen((HEADERS_AT, 0.03), status=404, terminal="error", reached=False), ONE_CPU)
     assert result.verdict == "the request never reached the upstream"
     assert dict(result.evidence) == {"status": 404}
     assert result.hint.startswith("02_forwarding_proxy:")
@@ -192,12 +195,12 @@ def test_a_request_that_never_reached_the_upstream_fails_with_its_status() -> No
 def test_no_verdict_holds_a_digit() -> None:
     quiet = seen(with_gap(FIRST_TOKEN_S))
     results: list[CheckResult] = [
-        judge(seen(passed_on())),
-        judge(quiet),
-        judge(replace(quiet, grader_pause_s=3.0)),
-        judge(seen(passed_on(), terminal="truncated")),
-        judge(seen((), status=None, terminal="truncated")),
-        judge(seen((), status=None, reached=False)),
+        judge(seen(passed_on()), ONE_CPU),
+        judge(quiet, ONE_CPU),
+        judge(replace(quiet, grader_pause_s=3.0), ONE_CPU),
+        judge(seen(passed_on(), terminal="truncated"), ONE_CPU),
+        judge(seen((), status=None, terminal="truncated"), ONE_CPU),
+        judge(seen((), status=None, reached=False), ONE_CPU),
     ]
     for result in results:
         assert not any(c.isdigit() for c in result.verdict), result.verdict

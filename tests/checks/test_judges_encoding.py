@@ -14,7 +14,10 @@ import pytest
 
 from labkit.capture import Capture
 from labkit.checks.encoding import Answer, Observed, judge, read_answer
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
+
+ONE_CPU = Budget(cpus=1.0)
 
 COMPLETION = json.dumps(
     {
@@ -89,7 +92,7 @@ def test_read_answer_keeps_the_status_and_the_transport_error() -> None:
 
 
 def test_readable_answers_to_both_clients_pass_with_their_evidence() -> None:
-    result = judge(seen())
+    result = judge(seen(), ONE_CPU)
     assert result.passed
     assert result.verdict == PASSED
     assert result.hint == "see 06_midstream_errors"
@@ -106,16 +109,16 @@ def test_readable_answers_to_both_clients_pass_with_their_evidence() -> None:
 
 
 def test_plain_answers_to_both_clients_pass() -> None:
-    assert judge(seen(answer(), answer())).passed
+    assert judge(seen(answer(), answer()), ONE_CPU).passed
 
 
 def test_an_identity_client_told_identity_passes() -> None:
-    assert judge(seen(identity_client=answer("identity"))).passed
+    assert judge(seen(identity_client=answer("identity")), ONE_CPU).passed
 
 
 def test_raw_gzip_relayed_without_its_encoding_fails_as_undeclared_gzip() -> None:
     raw = read_answer(capture(gzip.compress(COMPLETION)))
-    result = judge(seen(gzip_client=raw))
+    result = judge(seen(gzip_client=raw), ONE_CPU)
     assert result.status == "failed"
     assert result.verdict == UNDECLARED_GZIP
     assert result.evidence["gzip_client_got_gzip_bytes"] is True
@@ -126,12 +129,12 @@ def test_raw_gzip_relayed_without_its_encoding_fails_as_undeclared_gzip() -> Non
 
 def test_undeclared_gzip_is_named_before_a_compressed_identity_answer() -> None:
     raw = answer(readable=False, gzip_inside=True)
-    assert judge(seen(raw, answer("gzip"))).verdict == UNDECLARED_GZIP
+    assert judge(seen(raw, answer("gzip")), ONE_CPU).verdict == UNDECLARED_GZIP
 
 
 def test_an_identity_client_given_gzip_fails_even_when_its_body_was_readable() -> None:
     given = read_answer(capture(COMPLETION, {**JSON, "content-encoding": "gzip"}))
-    result = judge(seen(identity_client=given))
+    result = judge(seen(identity_client=given), ONE_CPU)
     assert result.verdict == COMPRESSED
     assert result.evidence["identity_client_declared_encoding"] == "gzip"
     assert result.hint.endswith(
@@ -141,14 +144,16 @@ def test_an_identity_client_given_gzip_fails_even_when_its_body_was_readable() -
 
 def test_decoded_bytes_under_the_upstream_encoding_fail_as_unreadable() -> None:
     copied = answer("gzip", readable=False)
-    result = judge(seen(gzip_client=copied))
+    result = judge(seen(gzip_client=copied), ONE_CPU)
     assert result.verdict == UNREADABLE
     assert "without copying the upstream's Content-Encoding" in result.hint
 
 
 @pytest.mark.parametrize("status", [502, None])
 def test_an_error_status_fails_before_anything_is_decoded(status: int | None) -> None:
-    result = judge(seen(identity_client=answer(readable=False, gzip_inside=True, status=status)))
+    result = judge(
+        seen(identity_client=answer(readable=False, gzip_inside=True, status=status)), ONE_CPU
+    )
     assert result.verdict == "a whole answer came back with an error status"
     assert result.evidence["identity_client_status"] == status
     assert result.hint.startswith("06_midstream_errors: forward non-streamed requests too")
@@ -156,11 +161,11 @@ def test_an_error_status_fails_before_anything_is_decoded(status: int | None) ->
 
 def test_no_verdict_holds_a_digit() -> None:
     results: list[CheckResult] = [
-        judge(seen()),
-        judge(seen(gzip_client=answer(readable=False, gzip_inside=True))),
-        judge(seen(identity_client=answer("gzip"))),
-        judge(seen(gzip_client=answer("gzip", readable=False))),
-        judge(seen(gzip_client=answer(status=500))),
+        judge(seen(), ONE_CPU),
+        judge(seen(gzip_client=answer(readable=False, gzip_inside=True)), ONE_CPU),
+        judge(seen(identity_client=answer("gzip")), ONE_CPU),
+        judge(seen(gzip_client=answer("gzip", readable=False)), ONE_CPU),
+        judge(seen(gzip_client=answer(status=500)), ONE_CPU),
     ]
     for result in results:
         assert not any(c.isdigit() for c in result.verdict), result.verdict

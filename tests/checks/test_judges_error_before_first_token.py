@@ -8,7 +8,10 @@ from __future__ import annotations
 import pytest
 
 from labkit.checks.error_before_first_token import ARRIVES_AS, Observed, judge
+from labkit.checks.machine import Budget
 from labkit.checks.sdk_stream import Ending, SdkStream
+
+ONE_CPU = Budget(cpus=1.0)
 
 
 def sdk(ending: Ending = "error_event", text: int = 0) -> SdkStream:
@@ -29,7 +32,7 @@ def seen(
 def test_an_early_error_as_an_event_or_a_status_passes_when_logged_as_an_error(
     ending: Ending,
 ) -> None:
-    result = judge(seen(ending))
+    result = judge(seen(ending), ONE_CPU)
     assert result.passed
     assert result.verdict == (
         f"an upstream error before the first token reaches the client as {ARRIVES_AS[ending]} "
@@ -44,7 +47,7 @@ def test_an_early_error_as_an_event_or_a_status_passes_when_logged_as_an_error(
 
 
 def test_without_a_usage_log_the_stream_alone_is_judged() -> None:
-    result = judge(seen(outcomes=None))
+    result = judge(seen(outcomes=None), ONE_CPU)
     assert result.verdict == (
         "an upstream error before the first token reaches the client as an error event"
     )
@@ -52,14 +55,14 @@ def test_without_a_usage_log_the_stream_alone_is_judged() -> None:
 
 
 def test_a_log_with_no_line_at_all_is_left_to_usage() -> None:
-    result = judge(seen(outcomes=(), log_empty=True))
+    result = judge(seen(outcomes=(), log_empty=True), ONE_CPU)
     assert result.passed
     assert result.verdict.endswith("as an error event")
     assert result.evidence["log_outcomes"] is None
 
 
 def test_a_log_with_lines_but_none_for_this_request_fails() -> None:
-    result = judge(seen(outcomes=()))
+    result = judge(seen(outcomes=()), ONE_CPU)
     assert result.verdict == (
         "the usage log has no line for a request that failed before its first token"
     )
@@ -67,7 +70,7 @@ def test_a_log_with_lines_but_none_for_this_request_fails() -> None:
 
 def test_a_log_that_also_says_completed_fails() -> None:
     for outcomes in (("completed",), ("error", "completed")):
-        result = judge(seen(outcomes=outcomes))
+        result = judge(seen(outcomes=outcomes), ONE_CPU)
         assert result.verdict == (
             "the usage log records an upstream error before the first token as a success"
         )
@@ -89,11 +92,11 @@ def test_a_log_that_also_says_completed_fails() -> None:
     ],
 )
 def test_every_way_the_stream_goes_wrong_is_named(ending: Ending, text: int, verdict: str) -> None:
-    assert judge(seen(ending, text)).verdict == verdict
+    assert judge(seen(ending, text), ONE_CPU).verdict == verdict
 
 
 def test_a_request_that_never_reached_the_upstream_fails() -> None:
-    result = judge(Observed(sdk("status"), reached_upstream=False))
+    result = judge(Observed(sdk("status"), reached_upstream=False), ONE_CPU)
     assert result.verdict == "the request never reached the upstream"
     assert dict(result.evidence) == {"sdk_ending": "status"}
     assert result.hint.startswith("02_forwarding_proxy:")

@@ -9,7 +9,10 @@ from __future__ import annotations
 import pytest
 
 from labkit.checks.integrity import SILENCE_S, Difference, Observed, compare, judge
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
+
+ONE_CPU = Budget(cpus=1.0)
 
 SENT = tuple(f" word{i}" for i in range(8))
 LOST = "the client lost events the upstream sent"
@@ -88,7 +91,7 @@ def test_compare_keeps_repeated_words_apart_by_their_place() -> None:
 
 
 def test_the_same_events_in_order_pass_with_their_evidence() -> None:
-    result = judge(seen(SENT))
+    result = judge(seen(SENT), ONE_CPU)
     assert result.passed
     assert result.verdict == "the client got every event the upstream sent, once and in order"
     assert result.hint == "see 07_heartbeats_and_timeouts"
@@ -105,7 +108,7 @@ def test_the_same_events_in_order_pass_with_their_evidence() -> None:
 
 
 def test_lost_events_fail_and_name_the_read_left_running() -> None:
-    result = judge(seen(without(SENT, 3, 5)))
+    result = judge(seen(without(SENT, 3, 5)), ONE_CPU)
     assert result.status == "failed"
     assert result.verdict == LOST
     assert result.evidence["events_lost"] == 2
@@ -116,22 +119,22 @@ def test_lost_events_fail_and_name_the_read_left_running() -> None:
 
 
 def test_one_lost_event_is_enough_to_fail() -> None:
-    assert judge(seen(without(SENT, 7))).verdict == LOST
+    assert judge(seen(without(SENT, 7)), ONE_CPU).verdict == LOST
 
 
 def test_a_repeated_event_fails_as_extra() -> None:
-    result = judge(seen((*SENT, SENT[-1])))
+    result = judge(seen((*SENT, SENT[-1])), ONE_CPU)
     assert result.verdict == EXTRA
     assert result.evidence["events_extra"] == 1
     assert result.hint.endswith("send each upstream event once, as it came.")
 
 
 def test_an_event_made_up_by_the_proxy_fails_as_extra() -> None:
-    assert judge(seen((*SENT[:4], " [heartbeat]", *SENT[4:]))).verdict == EXTRA
+    assert judge(seen((*SENT[:4], " [heartbeat]", *SENT[4:])), ONE_CPU).verdict == EXTRA
 
 
 def test_reordered_events_fail_as_out_of_order() -> None:
-    result = judge(seen((SENT[1], SENT[0], *SENT[2:])))
+    result = judge(seen((SENT[1], SENT[0], *SENT[2:])), ONE_CPU)
     assert result.verdict == MOVED
     assert result.evidence["events_moved"] == 1
     assert result.evidence["events_lost"] == 0
@@ -139,7 +142,7 @@ def test_reordered_events_fail_as_out_of_order() -> None:
 
 
 def test_a_lost_event_is_named_before_an_extra_one() -> None:
-    result = judge(seen((*SENT[:2], " other", *SENT[3:])))
+    result = judge(seen((*SENT[:2], " other", *SENT[3:])), ONE_CPU)
     assert result.verdict == LOST
     assert (result.evidence["events_lost"], result.evidence["events_extra"]) == (1, 1)
 
@@ -157,13 +160,13 @@ def test_a_lost_event_is_named_before_an_extra_one() -> None:
 def test_a_stream_that_did_not_reach_its_end_fails_before_any_comparison(
     observed: Observed,
 ) -> None:
-    result = judge(observed)
+    result = judge(observed, ONE_CPU)
     assert result.verdict == "the stream did not reach its end, so its text could not be compared"
     assert result.hint.startswith("07_heartbeats_and_timeouts: keep the stream open")
 
 
 def test_a_request_that_never_reached_the_upstream_fails_with_its_status() -> None:
-    result = judge(seen((), None, status=404, terminal="error"))
+    result = judge(seen((), None, status=404, terminal="error"), ONE_CPU)
     assert result.verdict == "the request never reached the upstream"
     assert dict(result.evidence) == {"status": 404}
     assert result.hint.startswith("02_forwarding_proxy:")
@@ -171,12 +174,12 @@ def test_a_request_that_never_reached_the_upstream_fails_with_its_status() -> No
 
 def test_no_verdict_holds_a_digit() -> None:
     results: list[CheckResult] = [
-        judge(seen(SENT)),
-        judge(seen(without(SENT, 1))),
-        judge(seen((*SENT, SENT[0]))),
-        judge(seen((SENT[1], SENT[0], *SENT[2:]))),
-        judge(seen(SENT, terminal="truncated")),
-        judge(seen((), None)),
+        judge(seen(SENT), ONE_CPU),
+        judge(seen(without(SENT, 1)), ONE_CPU),
+        judge(seen((*SENT, SENT[0])), ONE_CPU),
+        judge(seen((SENT[1], SENT[0], *SENT[2:])), ONE_CPU),
+        judge(seen(SENT, terminal="truncated"), ONE_CPU),
+        judge(seen((), None), ONE_CPU),
     ]
     for result in results:
         assert not any(c.isdigit() for c in result.verdict), result.verdict

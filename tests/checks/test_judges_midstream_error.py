@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from labkit.checks.machine import Budget
 from labkit.checks.midstream_error import ADVICE, FRAME_ADVICE, Observed, judge
 from labkit.checks.sdk_stream import Ending, SdkStream
+
+ONE_CPU = Budget(cpus=1.0)
 
 ERROR = b'data: {"error": {"message": "the upstream stream failed", "type": "upstream_error"}}'
 WHOLE = b'data: {"choices": []}\n\n' + ERROR + b"\n\n"
@@ -34,7 +37,7 @@ def seen(
 
 
 def test_three_error_events_after_text_and_a_whole_last_frame_pass() -> None:
-    result = judge(seen())
+    result = judge(seen(), ONE_CPU)
     assert result.passed
     assert result.verdict == (
         "an upstream failure mid-stream reaches the client as an error event, then the stream ends"
@@ -53,7 +56,7 @@ def test_three_error_events_after_text_and_a_whole_last_frame_pass() -> None:
 
 
 def test_a_last_frame_cut_short_is_named_before_anything_else() -> None:
-    result = judge(seen(drop=sdk("hung"), terminal="truncated", body=WHOLE[:-1]))
+    result = judge(seen(drop=sdk("hung"), terminal="truncated", body=WHOLE[:-1]), ONE_CPU)
     assert result.verdict.startswith("the stream's last frame never ended")
     assert result.hint == f"06_midstream_errors: {FRAME_ADVICE}"
     assert result.evidence["dropped_raw_last_frame_whole"] is False
@@ -66,14 +69,15 @@ def test_a_frame_cut_by_a_broken_connection_is_judged_as_a_broken_connection() -
             terminal="truncated",
             transport_error="RemoteProtocolError",
             body=WHOLE[:-1],
-        )
+        ),
+        ONE_CPU,
     )
     assert result.verdict == "the connection broke instead of carrying an error event"
 
 
 def test_a_raw_stream_that_stayed_open_after_the_error_fails() -> None:
     for observed in (seen(terminal="truncated"), seen(transport_error="ReadTimeout")):
-        result = judge(observed)
+        result = judge(observed, ONE_CPU)
         assert result.verdict == "the stream stayed open after the error event"
         assert result.hint == f"06_midstream_errors: {ADVICE}"
 
@@ -92,4 +96,4 @@ def test_a_raw_stream_that_stayed_open_after_the_error_fails() -> None:
     ],
 )
 def test_every_way_a_failing_stream_goes_wrong_is_named(drop: SdkStream, verdict: str) -> None:
-    assert judge(seen(drop=drop)).verdict == verdict
+    assert judge(seen(drop=drop), ONE_CPU).verdict == verdict

@@ -5,7 +5,10 @@ test_gateway_profile.py.)"""
 
 from __future__ import annotations
 
+from labkit.checks.machine import Budget
 from labkit.checks.minute_stream import CLIENT_IDLE_S, STALL_S, Observed, judge
+
+ONE_CPU = Budget(cpus=1.0)
 
 TOKENS = (0.5, 0.75, 8.25)  # the first, the next, the 32nd: then the upstream is silent
 AFTER = (8.25 + STALL_S, 8.25 + STALL_S + 0.25, 66.5)
@@ -36,7 +39,7 @@ def seen(
 
 
 def test_a_stream_that_ends_with_done_passes_with_its_evidence() -> None:
-    result = judge(seen())
+    result = judge(seen(), ONE_CPU)
     assert result.passed
     assert result.verdict == (
         "a stream of more than a minute, silent for most of it, reaches the client"
@@ -64,7 +67,8 @@ def test_the_wait_after_the_last_byte_counts_as_a_gap() -> None:
             chunks=TOKENS,
             total=8.25 + CLIENT_IDLE_S + 0.01,
             transport_error="ReadTimeout: timed out",
-        )
+        ),
+        ONE_CPU,
     )
     assert result.evidence["longest_gap_between_bytes_ms"] == round(CLIENT_IDLE_S * 1000 + 10)
     assert result.verdict == (
@@ -75,14 +79,14 @@ def test_the_wait_after_the_last_byte_counts_as_a_gap() -> None:
 
 def test_a_gateway_that_held_the_whole_response_timed_out_without_a_byte() -> None:
     held = Observed(None, "truncated", 30.0, 0, (), (), 0, "ReadTimeout: x", True)
-    result = judge(held)
+    result = judge(held, ONE_CPU)
     assert result.evidence["longest_gap_between_bytes_ms"] == 30000
     assert result.evidence["longest_gap_between_tokens_ms"] is None
     assert result.verdict.startswith("nothing reached the client for longer than its idle limit")
 
 
 def test_a_proxy_that_gave_up_on_the_upstream_is_named() -> None:
-    result = judge(seen(terminal="error", chunks=(*TOKENS, 20.0, 38.3), total=38.3))
+    result = judge(seen(terminal="error", chunks=(*TOKENS, 20.0, 38.3), total=38.3), ONE_CPU)
     assert result.verdict == "the proxy gave up on the upstream during its silence"
     assert "httpx.Timeout(read=...)" in result.hint
 
@@ -92,12 +96,12 @@ def test_a_cut_stream_is_named() -> None:
         seen(terminal="truncated", chunks=(*TOKENS, 20.0, 40.0), total=60.0),
         seen(status=502, terminal="done"),
     ):
-        assert judge(observed).verdict == "the stream was cut before it ended"
+        assert judge(observed, ONE_CPU).verdict == "the stream was cut before it ended"
 
 
 def test_a_request_that_never_reached_the_upstream_fails_with_its_evidence() -> None:
     result = judge(
-        seen(status=404, terminal="truncated", chunks=(0.01,), total=0.01, reached=False)
+        seen(status=404, terminal="truncated", chunks=(0.01,), total=0.01, reached=False), ONE_CPU
     )
     assert result.verdict == "the request never reached the upstream"
     assert result.hint.startswith("02_forwarding_proxy:")

@@ -5,8 +5,11 @@ to fail. (The experiment runs over real sockets in the grader's mutation table:
 
 from __future__ import annotations
 
+from labkit.checks.machine import Budget
 from labkit.checks.passthrough import COMMENT_EVERY_MS, Observed, judge
 from labkit.checks.sdk_stream import Ending, SdkStream
+
+ONE_CPU = Budget(cpus=1.0)
 
 
 def seen(
@@ -20,7 +23,7 @@ def seen(
 
 
 def test_a_stream_read_to_its_end_with_no_unreadable_event_passes() -> None:
-    result = judge(seen())
+    result = judge(seen(), ONE_CPU)
     assert result.passed
     assert result.verdict == (
         "upstream SSE comments never reach the client as data; the SDK reads to the end"
@@ -37,7 +40,7 @@ def test_a_stream_read_to_its_end_with_no_unreadable_event_passes() -> None:
 
 
 def test_one_unreadable_data_event_fails_even_when_the_sdk_finished() -> None:
-    result = judge(seen(unreadable=1))
+    result = judge(seen(unreadable=1), ONE_CPU)
     assert result.verdict == (
         "upstream SSE comments reached the client as data lines the SDK cannot parse"
     )
@@ -45,18 +48,20 @@ def test_one_unreadable_data_event_fails_even_when_the_sdk_finished() -> None:
 
 
 def test_an_sdk_that_could_not_parse_the_stream_fails_the_same_way() -> None:
-    result = judge(seen("unparsable", text=0, raw_terminal="truncated", error="JSONDecodeError"))
+    result = judge(
+        seen("unparsable", text=0, raw_terminal="truncated", error="JSONDecodeError"), ONE_CPU
+    )
     assert result.verdict.startswith("upstream SSE comments reached the client as data lines")
     assert result.evidence["sdk_error"] == "JSONDecodeError"
 
 
 def test_a_stream_that_hung_on_comments_is_named() -> None:
-    result = judge(seen("hung", text=0))
+    result = judge(seen("hung", text=0), ONE_CPU)
     assert result.verdict == "the stream hung when the upstream sent SSE comments"
     assert result.hint.endswith("read on to the next one.")
 
 
 def test_a_stream_that_ended_badly_otherwise_is_named() -> None:
     for observed in (seen(raw_terminal="truncated"), seen(text=0), seen("connection", text=0)):
-        result = judge(observed)
+        result = judge(observed, ONE_CPU)
         assert result.verdict == "a stream with upstream SSE comments did not end normally"

@@ -7,8 +7,9 @@ with nothing watching the client, so the mock keeps the request queued and then 
 
 from __future__ import annotations
 
-from labkit.checks.cancel import MAX_STOP_S
+from labkit.checks._hang_up import MAX_STOP_S
 from labkit.checks.context import INCONCLUSIVE_ADVICE, Record
+from labkit.checks.machine import Budget
 from labkit.checks.queued import (
     OCCUPY_S,
     EngineObserved,
@@ -18,6 +19,8 @@ from labkit.checks.queued import (
     judge_on_engine,
 )
 from labkit.checks.result import INCONCLUSIVE, CheckResult
+
+ONE_CPU = Budget(cpus=1.0)
 
 HUNG_UP = 101.8
 QUEUED_AT = HUNG_UP - 0.75  # the probe arrived and waited behind the occupier
@@ -50,8 +53,8 @@ def seen(rec: Record | None, *, slot_held: bool = True) -> Observed:
 
 
 def test_a_drop_just_inside_the_limit_passes_and_just_outside_fails() -> None:
-    inside = judge(seen(record(stop_after=MAX_STOP_S - LITTLE)))
-    outside = judge(seen(record(stop_after=MAX_STOP_S + LITTLE)))
+    inside = judge(seen(record(stop_after=MAX_STOP_S - LITTLE)), ONE_CPU)
+    outside = judge(seen(record(stop_after=MAX_STOP_S + LITTLE)), ONE_CPU)
     assert inside.passed
     assert inside.verdict == DROPPED
     assert inside.hint == "see 04_cancel_on_disconnect"
@@ -61,7 +64,7 @@ def test_a_drop_just_inside_the_limit_passes_and_just_outside_fails() -> None:
 
 
 def test_a_quick_drop_passes_with_its_evidence() -> None:
-    result = judge(seen(record(stop_after=0.006)))
+    result = judge(seen(record(stop_after=0.006)), ONE_CPU)
     assert result.passed
     assert dict(result.evidence) == {
         "upstream_state": "cancelled",
@@ -73,7 +76,7 @@ def test_a_quick_drop_passes_with_its_evidence() -> None:
 
 
 def test_a_request_started_when_the_slot_freed_fails_as_started_after_its_client_left() -> None:
-    result = judge(seen(record("completed", 4.2, admitted_after=3.2, generated=20)))
+    result = judge(seen(record("completed", 4.2, admitted_after=3.2, generated=20)), ONE_CPU)
     assert result.status == "failed"
     assert result.verdict == STARTED
     assert result.evidence["admitted_to_a_slot"] is True
@@ -83,33 +86,33 @@ def test_a_request_started_when_the_slot_freed_fails_as_started_after_its_client
 
 
 def test_a_request_cancelled_in_time_but_after_admission_was_not_dropped_from_the_queue() -> None:
-    result = judge(seen(record("cancelled", 0.2, admitted_after=0.1, generated=1)))
+    result = judge(seen(record("cancelled", 0.2, admitted_after=0.1, generated=1)), ONE_CPU)
     assert not result.passed
     assert result.verdict == STARTED
 
 
 def test_a_request_still_queued_when_the_record_was_read_was_kept_waiting() -> None:
-    result = judge(seen(record("queued", None)))
+    result = judge(seen(record("queued", None)), ONE_CPU)
     assert result.verdict == KEPT
     assert result.evidence["upstream_state"] == "queued"
     assert result.evidence["upstream_stop_after_hangup_ms"] is None
 
 
 def test_a_cancelled_record_without_an_end_time_is_not_a_drop() -> None:
-    result = judge(seen(record("cancelled", None)))
+    result = judge(seen(record("cancelled", None)), ONE_CPU)
     assert not result.passed
     assert result.verdict == KEPT
 
 
 def test_a_drop_recorded_before_the_hang_up_counts_as_no_time_at_all() -> None:
-    result = judge(seen(record(stop_after=-0.002)))
+    result = judge(seen(record(stop_after=-0.002)), ONE_CPU)
     assert result.passed
     assert result.evidence["upstream_stop_after_hangup_ms"] == 0
 
 
 def test_an_unheld_slot_with_nothing_queued_is_inconclusive() -> None:
     probe = record("completed", 0.8, admitted_after=-0.8, queued_at=None, generated=20)
-    result = judge(seen(probe, slot_held=False))
+    result = judge(seen(probe, slot_held=False), ONE_CPU)
     assert result.outcome == "inconclusive"
     assert result.verdict == "inconclusive: the upstream's one slot was not busy, so nothing queued"
     assert result.evidence[INCONCLUSIVE] == (
@@ -120,8 +123,8 @@ def test_an_unheld_slot_with_nothing_queued_is_inconclusive() -> None:
 
 
 def test_an_unheld_slot_is_judged_as_usual_once_the_request_did_queue() -> None:
-    dropped = judge(seen(record(stop_after=0.01), slot_held=False))
-    kept = judge(seen(record("queued", None), slot_held=False))
+    dropped = judge(seen(record(stop_after=0.01), slot_held=False), ONE_CPU)
+    kept = judge(seen(record("queued", None), slot_held=False), ONE_CPU)
     assert dropped.passed
     assert kept.status == "failed"
     assert kept.verdict == KEPT
@@ -129,13 +132,13 @@ def test_an_unheld_slot_is_judged_as_usual_once_the_request_did_queue() -> None:
 
 def test_a_held_slot_with_a_request_that_never_queued_fails_rather_than_being_excused() -> None:
     probe = record("completed", 0.8, admitted_after=-0.8, queued_at=None, generated=20)
-    result = judge(seen(probe))
+    result = judge(seen(probe), ONE_CPU)
     assert result.status == "failed"
     assert result.verdict == STARTED
 
 
 def test_a_request_that_never_reached_the_upstream_fails_at_forwarding() -> None:
-    result = judge(seen(None))
+    result = judge(seen(None), ONE_CPU)
     assert result.verdict == "the request never reached the upstream"
     assert result.hint.startswith("02_forwarding_proxy: forward POST /v1/chat/completions")
     assert dict(result.evidence) == {}
@@ -150,11 +153,14 @@ def test_only_a_record_out_of_the_queue_counts_as_admitted() -> None:
 
 def test_no_verdict_holds_a_digit() -> None:
     results: list[CheckResult] = [
-        judge(seen(None)),
-        judge(seen(record())),
-        judge(seen(record(stop_after=MAX_STOP_S + LITTLE))),
-        judge(seen(record("completed", 4.2, admitted_after=3.2))),
-        judge(seen(record("completed", 0.8, queued_at=None, admitted_after=-0.8), slot_held=False)),
+        judge(seen(None), ONE_CPU),
+        judge(seen(record()), ONE_CPU),
+        judge(seen(record(stop_after=MAX_STOP_S + LITTLE)), ONE_CPU),
+        judge(seen(record("completed", 4.2, admitted_after=3.2)), ONE_CPU),
+        judge(
+            seen(record("completed", 0.8, queued_at=None, admitted_after=-0.8), slot_held=False),
+            ONE_CPU,
+        ),
     ]
     for result in results:
         assert not any(c.isdigit() for c in result.verdict), result.verdict
@@ -172,15 +178,15 @@ def engine_seen(
 def test_on_the_engine_a_connection_closed_within_the_limit_passes_and_one_just_late_fails() -> (
     None
 ):
-    assert judge_on_engine(engine_seen(MAX_STOP_S - LITTLE)).passed
-    late = judge_on_engine(engine_seen(MAX_STOP_S + LITTLE))
+    assert judge_on_engine(engine_seen(MAX_STOP_S - LITTLE), ONE_CPU).passed
+    late = judge_on_engine(engine_seen(MAX_STOP_S + LITTLE), ONE_CPU)
     assert late.status == "failed"
     assert late.verdict == "the proxy kept the queued request waiting after its client had left"
     assert "while_connected" in late.hint
 
 
 def test_on_the_engine_a_connection_never_closed_fails_with_no_time() -> None:
-    result = judge_on_engine(engine_seen(None))
+    result = judge_on_engine(engine_seen(None), ONE_CPU)
     assert result.status == "failed"
     assert dict(result.evidence) == {
         "engine_slots_busy": True,
@@ -190,6 +196,6 @@ def test_on_the_engine_a_connection_never_closed_fails_with_no_time() -> None:
 
 def test_on_the_engine_slots_not_all_busy_or_sockets_unseen_are_inconclusive_not_failures() -> None:
     for observed in (engine_seen(None, busy=False), engine_seen(None, watched=False)):
-        result = judge_on_engine(observed)
+        result = judge_on_engine(observed, ONE_CPU)
         assert result.inconclusive
         assert not any(c.isdigit() for c in result.verdict), result.verdict

@@ -12,8 +12,12 @@ import itertools
 
 import pytest
 
+from labkit.checks import resume_twice
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
 from labkit.checks.resume import Leg, Observed, judge
+
+ONE_CPU = Budget(cpus=1.0)
 
 SENT = tuple(f" word{i}" for i in range(12))
 STREAM = "s-1"
@@ -59,7 +63,7 @@ def seen(
 
 
 def test_one_drop_resumed_with_every_event_passes_with_its_evidence() -> None:
-    result = judge(seen(dropped_at(5)))
+    result = judge(seen(dropped_at(5)), ONE_CPU)
     assert result.passed
     assert (result.id, result.verdict) == ("resume", PASSED)
     assert result.hint == "see 15_resumable_streams"
@@ -81,25 +85,25 @@ def test_one_drop_resumed_with_every_event_passes_with_its_evidence() -> None:
 
 
 def test_two_drops_resumed_pass_as_resume_twice() -> None:
-    result = judge(seen(dropped_at(4, 8)))
+    result = resume_twice.judge(seen(dropped_at(4, 8)), ONE_CPU)
     assert (result.id, result.passed, result.verdict) == ("resume_twice", True, PASSED_TWICE)
     assert result.evidence["ids"] == "1-4,5-8,9-12"
 
 
 def test_a_request_that_never_reached_the_upstream_fails_at_forwarding() -> None:
-    result = judge(seen(dropped_at(5), sent=None))
+    result = judge(seen(dropped_at(5), sent=None), ONE_CPU)
     assert result.verdict == "the request never reached the upstream"
     assert result.hint.startswith("02_forwarding_proxy:")
 
 
 def test_no_stream_id_fails_before_anything_else() -> None:
-    result = judge(seen((leg(SENT, 1, terminal="done"),), stream=None))
+    result = judge(seen((leg(SENT, 1, terminal="done"),), stream=None), ONE_CPU)
     assert result.verdict == NO_STREAM
     assert result.hint.startswith("15_resumable_streams: answer a request with X-Resumable")
 
 
 def test_a_first_connection_refused_fails_as_no_stream() -> None:
-    assert judge(seen((leg((), 1, status=404, terminal="error"),))).verdict == NO_STREAM
+    assert judge(seen((leg((), 1, status=404, terminal="error"),)), ONE_CPU).verdict == NO_STREAM
 
 
 @pytest.mark.parametrize(
@@ -114,7 +118,7 @@ def test_a_first_connection_refused_fails_as_no_stream() -> None:
 def test_events_without_an_id_of_their_own_fail_saying_events_need_id_lines(
     ids: tuple[str | None, ...],
 ) -> None:
-    result = judge(seen((leg(SENT[:5], 1, ids=ids),)))
+    result = judge(seen((leg(SENT[:5], 1, ids=ids),)), ONE_CPU)
     assert result.verdict == NO_IDS
     assert result.evidence["events_without_id"] == sum(
         1 for n, i in enumerate(ids) if i is None or (n and ids[n - 1] == i)
@@ -125,25 +129,25 @@ def test_events_without_an_id_of_their_own_fail_saying_events_need_id_lines(
 def test_a_resumed_connection_without_ids_fails_the_same_way() -> None:
     first, second = dropped_at(5)
     second = leg(second.received, 6, terminal="done", ids=(None,) * len(second.received))
-    assert judge(seen((first, second))).verdict == NO_IDS
+    assert judge(seen((first, second)), ONE_CPU).verdict == NO_IDS
 
 
 @pytest.mark.parametrize("status", [404, 500, None])
 def test_a_resume_refused_fails(status: int | None) -> None:
     first, _ = dropped_at(5)
-    result = judge(seen((first, leg((), 6, status=status, terminal="error"))))
+    result = judge(seen((first, leg((), 6, status=status, terminal="error"))), ONE_CPU)
     assert result.verdict == REFUSED
     assert result.evidence["resume_statuses"] == str(status)
 
 
 def test_a_stream_that_ended_before_the_drop_resumed_nothing() -> None:
-    result = judge(Observed(STREAM, (leg(SENT, 1, terminal="done"),), SENT, drops=1))
+    result = judge(Observed(STREAM, (leg(SENT, 1, terminal="done"),), SENT, drops=1), ONE_CPU)
     assert result.verdict == NOT_DROPPED
 
 
 def test_a_second_drop_that_never_came_fails_resume_twice() -> None:
     legs = dropped_at(5)
-    result = judge(Observed(STREAM, legs, SENT, drops=2))
+    result = resume_twice.judge(Observed(STREAM, legs, SENT, drops=2), ONE_CPU)
     assert (result.id, result.verdict) == ("resume_twice", NOT_DROPPED)
 
 
@@ -151,26 +155,28 @@ def test_a_second_drop_that_never_came_fails_resume_twice() -> None:
 def test_a_resumed_stream_that_did_not_reach_its_end_fails(terminal: str) -> None:
     first, second = dropped_at(5)
     second = leg(second.received[:3], 6, terminal=terminal)
-    assert judge(seen((first, second))).verdict == UNENDED
+    assert judge(seen((first, second)), ONE_CPU).verdict == UNENDED
 
 
 def test_an_answer_stopped_at_the_drop_leaves_an_empty_resume_and_no_second_drop() -> None:
     first = leg(SENT[:5], 1)
-    result = judge(Observed(STREAM, (first, leg((), 6, terminal="truncated")), SENT, drops=2))
+    result = resume_twice.judge(
+        Observed(STREAM, (first, leg((), 6, terminal="truncated")), SENT, drops=2), ONE_CPU
+    )
     assert (result.id, result.verdict) == ("resume_twice", UNENDED)
     assert "a drop is not a Stop" in result.hint
 
 
 @pytest.mark.parametrize("terminal", ["truncated", "error", "disconnected"])
 def test_a_first_connection_that_stopped_short_was_never_dropped(terminal: str) -> None:
-    result = judge(seen((leg(SENT[:2], 1, terminal=terminal),)))
+    result = judge(seen((leg(SENT[:2], 1, terminal=terminal),)), ONE_CPU)
     assert result.verdict == STOPPED_SHORT
 
 
 def test_a_resume_replayed_from_the_start_fails_as_repeated_not_as_renumbered() -> None:
     first = leg(SENT[:5], 1)
     second = leg(SENT, 1, terminal="done")
-    result = judge(seen((first, second)))
+    result = judge(seen((first, second)), ONE_CPU)
     assert result.verdict == REPEATED
     assert result.evidence["events_extra"] == 5
     assert result.hint.endswith(
@@ -181,7 +187,7 @@ def test_a_resume_replayed_from_the_start_fails_as_repeated_not_as_renumbered() 
 def test_ids_numbered_per_connection_fail_even_when_the_text_is_whole() -> None:
     first = leg(SENT[:5], 1)
     second = leg(SENT[5:], 1, terminal="done")  # numbered from 1 again
-    result = judge(seen((first, second)))
+    result = judge(seen((first, second)), ONE_CPU)
     assert result.verdict == RENUMBERED
     assert result.evidence["ids"] == "1-5,1-7"
     assert "never per connection" in result.hint
@@ -190,20 +196,20 @@ def test_ids_numbered_per_connection_fail_even_when_the_text_is_whole() -> None:
 def test_ids_per_connection_send_the_second_resume_back_and_repeat_events() -> None:
     # second connection numbered 1-4 though it held events 6-9: its cursor 4 brings 5-12 again
     legs = (leg(SENT[:5], 1), leg(SENT[5:9], 1), leg(SENT[4:], 5, terminal="done"))
-    result = judge(seen(legs))
+    result = resume_twice.judge(seen(legs), ONE_CPU)
     assert (result.id, result.verdict) == ("resume_twice", REPEATED)
 
 
 def test_ids_that_do_not_start_at_one_fail_as_renumbered() -> None:
     first = leg(SENT[:5], 0)
     second = leg(SENT[5:], 5, terminal="done")
-    assert judge(seen((first, second))).verdict == RENUMBERED
+    assert judge(seen((first, second)), ONE_CPU).verdict == RENUMBERED
 
 
 def test_an_event_lost_across_the_drop_fails_as_lost() -> None:
     first = leg(SENT[:5], 1)
     second = leg(SENT[6:], 6, terminal="done")  # event 6 never sent: numbered over it
-    result = judge(seen((first, second)))
+    result = judge(seen((first, second)), ONE_CPU)
     assert result.verdict == LOST
     assert (result.evidence["events_lost"], result.evidence["first_difference_at_event"]) == (1, 5)
 
@@ -211,22 +217,22 @@ def test_an_event_lost_across_the_drop_fails_as_lost() -> None:
 def test_events_out_of_order_fail_as_moved() -> None:
     first = leg(SENT[:5], 1)
     second = leg((SENT[6], SENT[5], *SENT[7:]), 6, terminal="done")
-    assert judge(seen((first, second))).verdict == MOVED
+    assert judge(seen((first, second)), ONE_CPU).verdict == MOVED
 
 
 def test_no_verdict_holds_a_digit() -> None:
     first, second = dropped_at(5)
     results: list[CheckResult] = [
-        judge(seen((first, second))),
-        judge(seen(dropped_at(3, 6))),
-        judge(seen((first, second), sent=None)),
-        judge(seen((first,), stream=None)),
-        judge(seen((leg(SENT[:5], 1, ids=(None,) * 5),))),
-        judge(seen((first, leg((), 6, status=404, terminal="error")))),
-        judge(seen((first, leg(SENT, 1, terminal="done")))),
-        judge(seen((first, leg(SENT[5:], 1, terminal="done")))),
-        judge(seen((first, leg(SENT[6:], 6, terminal="done")))),
-        judge(seen((leg(SENT[:2], 1, terminal="error"),))),
+        judge(seen((first, second)), ONE_CPU),
+        judge(seen(dropped_at(3, 6)), ONE_CPU),
+        judge(seen((first, second), sent=None), ONE_CPU),
+        judge(seen((first,), stream=None), ONE_CPU),
+        judge(seen((leg(SENT[:5], 1, ids=(None,) * 5),)), ONE_CPU),
+        judge(seen((first, leg((), 6, status=404, terminal="error"))), ONE_CPU),
+        judge(seen((first, leg(SENT, 1, terminal="done"))), ONE_CPU),
+        judge(seen((first, leg(SENT[5:], 1, terminal="done"))), ONE_CPU),
+        judge(seen((first, leg(SENT[6:], 6, terminal="done"))), ONE_CPU),
+        judge(seen((leg(SENT[:2], 1, terminal="error"),)), ONE_CPU),
     ]
     for result in results:
         assert not any(c.isdigit() for c in result.verdict), result.verdict

@@ -15,17 +15,20 @@ from typing import Any
 
 import pytest
 
-from labkit.checks.cancel import MAX_STOP_S
+from labkit.checks._hang_up import MAX_STOP_S
 from labkit.checks.context import CheckContext, Record
+from labkit.checks.machine import Budget
 from labkit.checks.resume import Leg, Observed
-from labkit.checks.resume_cancel import Stopped
 from labkit.checks.resume_replica import (
     NO_REPLICA,
     PASSED,
     Replicated,
-    check_resume_replica,
     judge,
+    observe,
 )
+from labkit.checks.resume_stop import Stopped
+
+ONE_CPU = Budget(cpus=1.0)
 
 SENT = tuple(f" word{i}" for i in range(12))
 STREAM = "s-1"
@@ -99,7 +102,7 @@ def seen(observed: Observed | None = None, stop: Stopped | None = None) -> Repli
 
 
 def test_resumed_and_stopped_on_the_other_replica_passes_with_both_experiments_evidence() -> None:
-    result = judge(seen())
+    result = judge(seen(), ONE_CPU)
     assert (result.id, result.passed, result.verdict) == ("resume_replica", True, PASSED)
     assert result.hint == "see 15_resumable_streams"
     assert dict(result.evidence) == {
@@ -129,7 +132,9 @@ def test_resumed_and_stopped_on_the_other_replica_passes_with_both_experiments_e
 
 @pytest.mark.parametrize("status", [404, 503, None], ids=["not-found", "no-log", "no-answer"])
 def test_a_replica_that_refuses_the_resume_fails_as_not_sharing_the_log(status: int | None) -> None:
-    result = judge(seen(resumed(legs_cut_at(5, resumed_status=status)), stopped(status=404)))
+    result = judge(
+        seen(resumed(legs_cut_at(5, resumed_status=status)), stopped(status=404)), ONE_CPU
+    )
     assert (result.id, result.verdict, result.hint) == ("resume_replica", NOT_SHARED, SHARED_ADVICE)
     assert result.evidence["resume_statuses"] == str(status)
     assert result.evidence["stop_status"] == 404  # both experiments' evidence, whichever fails
@@ -137,14 +142,14 @@ def test_a_replica_that_refuses_the_resume_fails_as_not_sharing_the_log(status: 
 
 @pytest.mark.parametrize("status", [404, 500])
 def test_a_replica_that_resumes_but_refuses_stop_fails_as_not_sharing_the_log(status: int) -> None:
-    result = judge(seen(stop=stopped(status=status)))
+    result = judge(seen(stop=stopped(status=status)), ONE_CPU)
     assert (result.verdict, result.hint) == (STOP_NOT_SHARED, SHARED_ADVICE)
     assert result.evidence["stop_status"] == status
 
 
 def test_a_stop_the_other_replica_answers_just_inside_the_limit_passes_just_outside_fails() -> None:
-    inside = judge(seen(stop=stopped(record(stop_after=MAX_STOP_S - LITTLE))))
-    outside = judge(seen(stop=stopped(record(stop_after=MAX_STOP_S + LITTLE))))
+    inside = judge(seen(stop=stopped(record(stop_after=MAX_STOP_S - LITTLE))), ONE_CPU)
+    outside = judge(seen(stop=stopped(record(stop_after=MAX_STOP_S + LITTLE))), ONE_CPU)
     assert (inside.passed, inside.verdict) == (True, PASSED)
     assert (outside.id, outside.passed) == ("resume_replica", False)
     assert outside.verdict == "the upstream did not stop promptly after Stop"
@@ -152,7 +157,7 @@ def test_a_stop_the_other_replica_answers_just_inside_the_limit_passes_just_outs
 
 
 def test_a_stop_answered_cancelled_that_stops_nothing_fails_as_resume_stop_does() -> None:
-    result = judge(seen(stop=stopped(record("running", None))))
+    result = judge(seen(stop=stopped(record("running", None))), ONE_CPU)
     assert (result.id, result.verdict) == (
         "resume_replica",
         "the upstream kept generating after Stop",
@@ -176,7 +181,7 @@ def test_a_resume_on_the_other_replica_that_loses_or_repeats_fails_with_resume_s
     from_b: tuple[str, ...], verdict: str
 ) -> None:
     first = numbered(SENT[:5], 1, "disconnected")
-    result = judge(seen(resumed((first, numbered(from_b, 6)))))
+    result = judge(seen(resumed((first, numbered(from_b, 6)))), ONE_CPU)
     assert (result.id, result.verdict) == ("resume_replica", verdict)
     assert result.hint.startswith("15_resumable_streams: ")
     assert result.evidence["stop_status"] == 200  # the Stop's evidence rides along
@@ -188,20 +193,20 @@ def test_a_resume_on_the_other_replica_that_loses_or_repeats_fails_with_resume_s
     ids=["none", "on-both-replicas", "wrong-outcome"],
 )
 def test_a_stopped_answer_logged_other_than_once_cancelled_fails(lines: Lines) -> None:
-    result = judge(seen(stop=stopped(lines=lines)))
+    result = judge(seen(stop=stopped(lines=lines)), ONE_CPU)
     assert result.verdict == "the usage log does not have one cancelled line for the stopped answer"
     assert result.evidence["usage_lines"] == len(lines)
 
 
 def test_graded_by_url_there_is_no_usage_log_to_judge() -> None:
-    result = judge(seen(stop=stopped(lines=None)))
+    result = judge(seen(stop=stopped(lines=None)), ONE_CPU)
     assert result.passed
     assert result.evidence["usage_log"] == "not read"
 
 
 def test_no_stream_id_from_the_first_replica_fails_as_resume_does() -> None:
     first = Leg(200, (), SENT, "done")
-    result = judge(seen(resumed((first,), stream=None), stopped(stream=None, status=None)))
+    result = judge(seen(resumed((first,), stream=None), stopped(stream=None, status=None)), ONE_CPU)
     assert result.verdict == (
         "the response had no X-Stream-Id header, so the stream could not be resumed"
     )
@@ -210,7 +215,7 @@ def test_no_stream_id_from_the_first_replica_fails_as_resume_does() -> None:
 @pytest.mark.parametrize("which", ["resumed", "stopped"])
 def test_a_request_that_never_reached_the_upstream_fails_as_forwarding(which: str) -> None:
     observed = seen(resumed(sent=None)) if which == "resumed" else seen(stop=stopped(reached=False))
-    result = judge(observed)
+    result = judge(observed, ONE_CPU)
     assert (result.id, result.verdict) == (
         "resume_replica",
         "the request never reached the upstream",
@@ -219,8 +224,8 @@ def test_a_request_that_never_reached_the_upstream_fails_as_forwarding(which: st
 
 
 def test_without_a_second_replica_the_check_is_skipped_saying_it_needs_one() -> None:
-    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9")
-    result = asyncio.run(check_resume_replica(ctx))
+    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9", budget=ONE_CPU)
+    result = judge(asyncio.run(observe(ctx)), ONE_CPU)
     assert result.skipped and not result.passed and not result.inconclusive
     assert str(result) == "SKIP resume_replica: " + NO_REPLICA
     assert NO_REPLICA == "not run: needs a second replica of the proxy (grade-url's --replica)"

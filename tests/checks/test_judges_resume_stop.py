@@ -1,9 +1,7 @@
-"""``resume_stop`` and ``resume_grace`` judge what they saw, in process: the mock's record of a
-resumable answer against the Stop (or the drop), each limit just inside and just outside, an
-answer still running, stopped late or stopped on the drop, Stop refused, the usage log's lines,
-and every verdict. (The experiments run over real sockets in the grader's mutation table:
-``no_stop`` answers Stop and stops nothing; ``cancel_on_drop`` stops the answer when its first
-connection goes.)"""
+"""``resume_stop`` judges what it saw, in process: the mock's record of a resumable answer
+against the Stop, each limit just inside and just outside, an answer still running or stopped
+late, Stop refused, the usage log's lines, and every verdict. (The experiment runs over real
+sockets in the grader's mutation table: ``no_stop`` answers Stop and stops nothing.)"""
 
 from __future__ import annotations
 
@@ -12,21 +10,17 @@ from typing import Any
 
 import pytest
 
-from labkit.checks.cancel import MAX_STOP_S
+from labkit.checks import resume_stop
+from labkit.checks._hang_up import MAX_STOP_S
 from labkit.checks.context import Record
+from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
-from labkit.checks.resume_cancel import (
-    GRACE_S,
-    PROBE_S,
-    SLACK_S,
-    STOP_GRACE_S,
-    Dropped,
-    Stopped,
-    judge_grace,
-    judge_stop,
-)
+from labkit.checks.resume_stop import GRACE_S as STOP_GRACE_S
+from labkit.checks.resume_stop import Stopped
 
-AT = 200.5  # when Stop's answer came, or the client dropped
+ONE_CPU = Budget(cpus=1.0)
+
+AT = 200.5  # when Stop's answer came
 ANSWERED_AFTER = 0.003  # from sending Stop to its answer
 LITTLE = 0.01
 COMPLETION = "chatcmpl-1"
@@ -37,11 +31,6 @@ REFUSED = "the proxy did not answer Stop with the stream cancelled"
 KEPT = "the upstream kept generating after Stop"
 LATE = "the upstream did not stop promptly after Stop"
 STOP_USAGE = "the usage log does not have one cancelled line for the stopped answer"
-GRACED = "a drop left the upstream generating, and the grace period with nobody back stopped it"
-ON_DROP = "the upstream stopped when the client dropped: a drop is not a Stop"
-KEPT_PAST_GRACE = "the upstream kept generating after the grace period with nobody reading"
-LATE_GRACE = "the upstream was not stopped promptly when the grace period ended"
-GRACE_USAGE = "the usage log does not have one cancelled line for the abandoned answer"
 Lines = tuple[Mapping[str, Any], ...] | None
 
 
@@ -69,22 +58,12 @@ def stopped(
     return Stopped(stream, AT - ANSWERED_AFTER, answered, status, said, rec, lines)
 
 
-def dropped(
-    rec: Record | None = None,
-    *,
-    probe: str | None = "running",
-    lines: Lines = (CANCELLED_LINE,),
-    stream: str | None = "s-1",
-) -> Dropped:
-    return Dropped(stream, AT, probe, record(stop_after=5.2) if rec is None else rec, lines)
-
-
 # resume_stop ---------------------------------------------------------------------------------
 
 
 def test_a_stop_just_inside_the_limit_passes_and_just_outside_fails() -> None:
-    inside = judge_stop(stopped(record(stop_after=MAX_STOP_S - LITTLE)))
-    outside = judge_stop(stopped(record(stop_after=MAX_STOP_S + LITTLE)))
+    inside = resume_stop.judge(stopped(record(stop_after=MAX_STOP_S - LITTLE)), ONE_CPU)
+    outside = resume_stop.judge(stopped(record(stop_after=MAX_STOP_S + LITTLE)), ONE_CPU)
     assert (inside.passed, inside.verdict) == (True, STOPPED)
     assert inside.hint == "see 15_resumable_streams"
     assert (outside.passed, outside.verdict) == (False, LATE)
@@ -92,7 +71,7 @@ def test_a_stop_just_inside_the_limit_passes_and_just_outside_fails() -> None:
 
 
 def test_a_quick_stop_passes_with_its_evidence() -> None:
-    result = judge_stop(stopped())
+    result = resume_stop.judge(stopped(), ONE_CPU)
     assert result.passed
     assert dict(result.evidence) == {
         "stop_status": 200,
@@ -109,7 +88,9 @@ def test_a_quick_stop_passes_with_its_evidence() -> None:
 
 @pytest.mark.parametrize("state", ["running", "completed"])
 def test_a_stop_that_stopped_nothing_fails_as_kept_generating(state: str) -> None:
-    result = judge_stop(stopped(record(state, None if state == "running" else 19.9)))
+    result = resume_stop.judge(
+        stopped(record(state, None if state == "running" else 19.9)), ONE_CPU
+    )
     assert result.verdict == KEPT
     assert result.evidence["upstream_stop_after_stop_ms"] == (None if state == "running" else 19903)
 
@@ -122,7 +103,7 @@ def test_a_stop_that_stopped_nothing_fails_as_kept_generating(state: str) -> Non
 def test_stop_not_answered_as_cancelled_fails_even_if_the_upstream_stopped(
     status: int | None, body: Mapping[str, Any]
 ) -> None:
-    result = judge_stop(stopped(status=status, body=body))
+    result = resume_stop.judge(stopped(status=status, body=body), ONE_CPU)
     assert result.verdict == REFUSED
     assert result.evidence["stop_status"] == status
 
@@ -133,13 +114,13 @@ def test_stop_not_answered_as_cancelled_fails_even_if_the_upstream_stopped(
     ids=["none", "twice", "wrong-outcome"],
 )
 def test_stop_logged_other_than_once_cancelled_fails(lines: Lines) -> None:
-    result = judge_stop(stopped(lines=lines))
+    result = resume_stop.judge(stopped(lines=lines), ONE_CPU)
     assert result.verdict == STOP_USAGE
     assert result.hint.startswith("15_resumable_streams: log a resumable answer's usage once")
 
 
 def test_without_a_usage_log_stop_is_judged_on_the_upstream_alone() -> None:
-    result = judge_stop(stopped(lines=None))
+    result = resume_stop.judge(stopped(lines=None), ONE_CPU)
     assert result.passed
     assert result.evidence["usage_log"] == "not read"
 
@@ -149,105 +130,30 @@ def test_the_clock_starts_at_stop_s_answer_not_at_its_request() -> None:
     (``ids_per_connection``) answered Stop only after the check's 2 s, and failed. Fix: Stop's
     answer is waited for longer, and the upstream has MAX_STOP_S from that answer."""
     slow = Stopped("s-1", AT - 2.4, AT, 200, {"status": "cancelled"}, record(), (CANCELLED_LINE,))
-    result = judge_stop(slow)
+    result = resume_stop.judge(slow, ONE_CPU)
     assert result.passed
     assert result.evidence["stop_answered_after_ms"] == 2400
     assert result.evidence["upstream_stop_after_stop_ms"] == 2404
 
 
 def test_no_stream_id_means_no_stream_to_stop() -> None:
-    result = judge_stop(stopped(status=None, body={}, stream=None))
+    result = resume_stop.judge(stopped(status=None, body={}, stream=None), ONE_CPU)
     assert result.verdict == NO_STREAM
 
 
 def test_stop_on_a_request_that_never_reached_the_upstream_fails_at_forwarding() -> None:
-    result = judge_stop(Stopped("s-1", AT, AT, 200, {}, None, None))
+    result = resume_stop.judge(Stopped("s-1", AT, AT, 200, {}, None, None), ONE_CPU)
     assert result.verdict == "the request never reached the upstream"
-
-
-# resume_grace --------------------------------------------------------------------------------
-
-
-def test_a_grace_period_just_inside_the_limit_passes_and_just_outside_fails() -> None:
-    bound = GRACE_S + SLACK_S
-    inside = judge_grace(dropped(record(stop_after=bound - LITTLE)))
-    outside = judge_grace(dropped(record(stop_after=bound + LITTLE)))
-    assert (inside.passed, inside.verdict) == (True, GRACED)
-    assert (outside.passed, outside.verdict) == (False, LATE_GRACE)
-    assert outside.hint.startswith("15_resumable_streams: have the producer ask the log")
-
-
-def test_the_reference_timing_passes_with_its_evidence() -> None:
-    result = judge_grace(dropped())
-    assert result.passed
-    assert dict(result.evidence) == {
-        "upstream_state_at_probe": "running",
-        "probe_after_drop_ms": round(PROBE_S * 1000),
-        "upstream_state": "cancelled",
-        "upstream_stop_after_drop_ms": 5200,
-        "allowed_after_drop_ms": round((GRACE_S + SLACK_S) * 1000),
-        "resume_grace_s": GRACE_S,
-        "tokens_generated": 12,
-        "usage_lines": 1,
-        "usage_outcomes": "cancelled",
-    }
-
-
-@pytest.mark.parametrize("probe", ["cancelled", None])
-def test_an_upstream_stopped_by_the_drop_fails_as_a_drop_is_not_a_stop(probe: str | None) -> None:
-    result = judge_grace(dropped(record(stop_after=0.005), probe=probe))
-    assert result.verdict == ON_DROP
-    assert "only Stop, or nobody reading it for RESUME_GRACE_S" in result.hint
-
-
-@pytest.mark.parametrize("state", ["running", "completed"])
-def test_an_upstream_never_let_go_fails_as_kept_generating(state: str) -> None:
-    result = judge_grace(dropped(record(state, None if state == "running" else 80.0)))
-    assert result.verdict == KEPT_PAST_GRACE
-
-
-def test_a_cancel_without_an_end_time_is_not_in_time() -> None:
-    assert judge_grace(dropped(record("cancelled", None))).verdict == LATE_GRACE
-
-
-@pytest.mark.parametrize(
-    "lines",
-    [(), (CANCELLED_LINE, {**CANCELLED_LINE, "outcome": "completed"})],
-    ids=["none", "twice"],
-)
-def test_an_abandoned_answer_logged_other_than_once_cancelled_fails(lines: Lines) -> None:
-    assert judge_grace(dropped(lines=lines)).verdict == GRACE_USAGE
-
-
-def test_grace_with_no_stream_id_or_no_request_fails_first() -> None:
-    assert judge_grace(dropped(stream=None)).verdict == (
-        "the response had no X-Stream-Id header, so the stream was not resumable"
-    )
-    never = judge_grace(Dropped("s-1", AT, None, None, None))
-    assert never.verdict == "the request never reached the upstream"
-
-
-def test_the_allowed_time_is_the_one_observed_for_the_machine() -> None:
-    stretched = GRACE_S + 2 * SLACK_S  # half a CPU
-    late_here = record(stop_after=GRACE_S + SLACK_S + 1.0)
-    result = judge_grace(Dropped("s-1", AT, "running", late_here, (CANCELLED_LINE,), stretched))
-    assert result.passed
-    assert result.evidence["allowed_after_drop_ms"] == round(stretched * 1000)
 
 
 def test_no_verdict_holds_a_digit() -> None:
     results: list[CheckResult] = [
-        judge_stop(stopped()),
-        judge_stop(stopped(record("running", None))),
-        judge_stop(stopped(record(stop_after=3.0))),
-        judge_stop(stopped(status=404, body={})),
-        judge_stop(stopped(lines=())),
-        judge_stop(stopped(stream=None)),
-        judge_grace(dropped()),
-        judge_grace(dropped(probe="cancelled")),
-        judge_grace(dropped(record("running", None))),
-        judge_grace(dropped(record(stop_after=9.0))),
-        judge_grace(dropped(lines=())),
+        resume_stop.judge(stopped(), ONE_CPU),
+        resume_stop.judge(stopped(record("running", None)), ONE_CPU),
+        resume_stop.judge(stopped(record(stop_after=3.0)), ONE_CPU),
+        resume_stop.judge(stopped(status=404, body={}), ONE_CPU),
+        resume_stop.judge(stopped(lines=()), ONE_CPU),
+        resume_stop.judge(stopped(stream=None), ONE_CPU),
     ]
     for result in results:
         assert not any(c.isdigit() for c in result.verdict), result.verdict

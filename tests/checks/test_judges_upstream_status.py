@@ -4,8 +4,11 @@ table: ``status_as_200``, ``no_retry_after``.)"""
 
 from __future__ import annotations
 
+from labkit.checks.machine import Budget
 from labkit.checks.sdk_stream import Ending, SdkStream
 from labkit.checks.upstream_status import RETRY_AFTER, Observed, judge
+
+ONE_CPU = Budget(cpus=1.0)
 
 
 def sdk(status: int, retry_after: str | None = None, raised: str = "APIStatusError") -> SdkStream:
@@ -15,7 +18,8 @@ def sdk(status: int, retry_after: str | None = None, raised: str = "APIStatusErr
 
 def test_both_statuses_and_the_retry_after_pass_with_their_evidence() -> None:
     result = judge(
-        Observed(sdk(429, RETRY_AFTER, "RateLimitError"), sdk(503, None, "InternalServerError"))
+        Observed(sdk(429, RETRY_AFTER, "RateLimitError"), sdk(503, None, "InternalServerError")),
+        ONE_CPU,
     )
     assert result.passed
     assert result.verdict == "the upstream's error status and Retry-After reach the client"
@@ -30,19 +34,19 @@ def test_both_statuses_and_the_retry_after_pass_with_their_evidence() -> None:
 
 def test_an_error_status_turned_into_a_success_is_named_first() -> None:
     for observed in (Observed(sdk(200), sdk(503)), Observed(sdk(429, RETRY_AFTER), sdk(200))):
-        result = judge(observed)
+        result = judge(observed, ONE_CPU)
         assert result.verdict == "an upstream error status reached the client as a success"
         assert result.hint.startswith("06_midstream_errors: read the upstream's status")
 
 
 def test_an_error_status_turned_into_another_is_named() -> None:
     for observed in (Observed(sdk(500), sdk(503)), Observed(sdk(429, RETRY_AFTER), sdk(502))):
-        assert judge(observed).verdict == (
+        assert judge(observed, ONE_CPU).verdict == (
             "an upstream error status reached the client as a different status"
         )
 
 
 def test_a_lost_or_changed_retry_after_fails() -> None:
     for retry_after in (None, "8", f"{RETRY_AFTER}.0"):
-        result = judge(Observed(sdk(429, retry_after), sdk(503)))
+        result = judge(Observed(sdk(429, retry_after), sdk(503)), ONE_CPU)
         assert result.verdict == "the upstream's Retry-After header was lost"

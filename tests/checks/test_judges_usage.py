@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
+from labkit.checks.machine import Budget
 from labkit.checks.usage import ASKING, NO_LOG, REQUESTS, UNASKED, Observed, Sent, judge
+
+ONE_CPU = Budget(cpus=1.0)
 
 PROMPT, COMPLETION = 14, 30
 
@@ -47,7 +50,7 @@ def observed(
 
 
 def test_one_true_line_per_request_passes_with_its_evidence() -> None:
-    result = judge(observed())
+    result = judge(observed(), ONE_CPU)
     assert result.passed
     assert result.verdict == (
         "the usage log has the upstream's counts once per request with the right outcome"
@@ -66,7 +69,7 @@ def test_a_count_one_token_off_fails(off: int) -> None:
     sent = sent_all()
     lines = [line(s) for s in sent]
     lines[1] = line(sent[1], completion_tokens=COMPLETION + off)
-    result = judge(observed(sent, lines))
+    result = judge(observed(sent, lines), ONE_CPU)
     assert result.verdict == "the usage log's token counts differ from the upstream's"
     assert result.hint.startswith("05_usage_capture: take prompt_tokens")
 
@@ -75,14 +78,14 @@ def test_an_estimate_for_a_cancelled_or_failed_request_is_accepted() -> None:
     sent = sent_all()
     estimated = [line(s, completion_tokens=11, total_tokens=25) for s in sent[2:4]]
     lines = [line(sent[0]), line(sent[1]), *estimated, *map(line, sent[4:])]
-    assert judge(observed(sent, lines)).passed
+    assert judge(observed(sent, lines), ONE_CPU).passed
 
 
 @pytest.mark.parametrize("copies", [0, 2])
 def test_anything_but_one_line_for_a_request_fails(copies: int) -> None:
     sent = sent_all()
     lines = [line(s) for s in sent if s.name != "errored"] + [line(sent[3])] * copies
-    result = judge(observed(sent, lines))
+    result = judge(observed(sent, lines), ONE_CPU)
     assert result.verdict == "the usage log does not have exactly one line per request"
     assert result.evidence["errored_lines"] == copies
 
@@ -90,12 +93,12 @@ def test_anything_but_one_line_for_a_request_fails(copies: int) -> None:
 def test_a_wrong_outcome_fails() -> None:
     sent = sent_all()
     lines = [line(s, outcome="completed") if s.name == "cancelled" else line(s) for s in sent]
-    result = judge(observed(sent, lines))
+    result = judge(observed(sent, lines), ONE_CPU)
     assert result.verdict == "the usage log records the wrong outcome for some requests"
 
 
 def test_a_line_that_is_not_a_json_object_fails() -> None:
-    result = judge(observed(bad=1))
+    result = judge(observed(bad=1), ONE_CPU)
     assert result.verdict == "the usage log has lines that are not JSON objects"
 
 
@@ -103,7 +106,7 @@ def test_usage_kept_from_a_client_that_asked_fails() -> None:
     sent = tuple(
         replace(s, got_usage=False) if s.name == "on_choices_asked" else s for s in sent_all()
     )
-    result = judge(observed(sent))
+    result = judge(observed(sent), ONE_CPU)
     assert result.verdict == "a client that asked for usage did not get the usage chunk"
     assert result.evidence["on_choices_asked_client_got_usage"] is False
 
@@ -112,19 +115,19 @@ def test_usage_sent_to_a_client_that_did_not_ask_fails() -> None:
     sent = tuple(
         replace(s, got_usage=True) if s.name == "on_choices_unasked" else s for s in sent_all()
     )
-    result = judge(observed(sent))
+    result = judge(observed(sent), ONE_CPU)
     assert result.verdict == "a client that did not ask for usage got the usage chunk"
 
 
 def test_the_first_problem_found_is_named_request_by_request_then_format_then_usage() -> None:
     sent = tuple(replace(s, got_usage=True) if s.name == "unasked" else s for s in sent_all())
     wrong_first = [line(sent[0], completion_tokens=1), *map(line, sent[1:5])]
-    result = judge(observed(sent, wrong_first, bad=2))
+    result = judge(observed(sent, wrong_first, bad=2), ONE_CPU)
     assert result.verdict == "the usage log's token counts differ from the upstream's"
     missing_first = [*map(line, sent[1:5]), line(sent[5], completion_tokens=1)]
-    result = judge(observed(sent, missing_first, bad=2))
+    result = judge(observed(sent, missing_first, bad=2), ONE_CPU)
     assert result.verdict == "the usage log does not have exactly one line per request"
-    assert judge(observed(sent, bad=2)).verdict == (
+    assert judge(observed(sent, bad=2), ONE_CPU).verdict == (
         "the usage log has lines that are not JSON objects"
     )
 
@@ -135,19 +138,19 @@ def test_a_request_whose_id_the_client_never_saw_takes_the_line_no_other_claims(
         Sent("cancelled", None, "cancelled"),
     )
     lines = [line(sent[0]), {"id": "chatcmpl-c", "outcome": "cancelled"}]
-    assert judge(observed(sent, lines)).passed
+    assert judge(observed(sent, lines), ONE_CPU).passed
     doubled = [*lines, {"id": None, "outcome": "cancelled"}]
-    assert not judge(observed(sent, doubled)).passed
+    assert not judge(observed(sent, doubled), ONE_CPU).passed
 
 
 def test_requests_that_never_reached_the_upstream_fail_by_name() -> None:
-    result = judge(Observed(missing=("cancelled", "errored")))
+    result = judge(Observed(missing=("cancelled", "errored")), ONE_CPU)
     assert result.verdict == "some requests never reached the upstream"
     assert dict(result.evidence) == {"missing": "cancelled,errored"}
     assert result.hint.startswith("02_forwarding_proxy:")
 
 
 def test_no_usage_log_is_skipped() -> None:
-    result = judge(NO_LOG)
+    result = judge(NO_LOG, ONE_CPU)
     assert result.status == "skipped" and result.outcome == "skipped"
     assert result.verdict == "skipped: no usage log to read"

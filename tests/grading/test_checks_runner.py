@@ -17,6 +17,11 @@ from labkit.checks.runner import run_one
 from labkit.servers import ServerHandle
 
 
+def decided(result: CheckResult, budget: Budget) -> CheckResult:
+    """The judge of a test's check whose experiment decides by itself."""
+    return result
+
+
 @pytest.mark.sockets
 def test_reference_passes_the_quick_checks_in_catalogue_order(
     reference_proxy: ServerHandle, mock: ServerHandle, usage_log: Path
@@ -91,8 +96,8 @@ def test_a_check_over_its_budget_fails_with_a_plain_verdict() -> None:
         await asyncio.sleep(60)
         raise AssertionError("unreachable")
 
-    check = Check("midstream_error", endless, 0.05, "never ends", "06_midstream_errors")
-    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9")
+    check = Check("midstream_error", "06_midstream_errors", "never ends", 0.05, endless, decided)
+    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9", budget=Budget(cpus=1.0))
     result = asyncio.run(run_one(check, ctx))
     assert result.verdict == "the check ran out of time: the proxy stopped answering"
     assert result.evidence == {"budget_s": 0.05}
@@ -118,7 +123,7 @@ def test_no_two_checks_tag_their_requests_with_the_same_seed() -> None:
 
     owners: dict[int, set[str]] = {}
     for check in CHECKS:
-        module = importlib.import_module(check.run.__module__)
+        module = importlib.import_module(check.observe.__module__)
         seeds = {v for k, v in vars(module).items() if "SEED" in k and isinstance(v, int)}
         if module is usage:
             seeds |= {seed for seed, _, _ in usage.REQUESTS.values()}
@@ -146,7 +151,7 @@ def test_a_run_for_half_a_cpu_gives_each_check_twice_its_budget() -> None:
         await asyncio.sleep(5)
         raise AssertionError("the budget should have stopped it")
 
-    check = Check("trickle", never_answers, 0.05, "summary", "01_baseline_streaming")
+    check = Check("trickle", "01_baseline_streaming", "summary", 0.05, never_answers, decided)
     ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9", budget=Budget(cpus=0.5))
     result = asyncio.run(run_one(check, ctx))
     assert not result.passed

@@ -16,12 +16,14 @@ from labkit.checks.catalogue import BY_ID, CHECK_IDS, ENGINE_IDS
 from labkit.checks.engine_books import Books, Watch
 from labkit.checks.engine_requests import MAX_PROMPT_TOKENS, PromptRate, engine_body
 from labkit.checks.engine_sockets import EngineSockets, tcp_ends
+from labkit.checks.machine import Budget
 from labkit.cli import main
 from labkit.grading.report import SubmissionReport, render_table
 from labkit.grading.rubric import Rubric
 
 # Two lines of /proc/net/tcp: a listener on 8080 (0x1F90) and the engine's end of a connection
 # from port 0xD431 that its peer has closed (08: CLOSE_WAIT).
+ONE_CPU = Budget(cpus=1.0)
 TCP_TABLE = """\
   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1
@@ -139,7 +141,7 @@ def test_every_check_runs_on_the_engine_or_says_in_one_line_why_not() -> None:
         "concurrency",
     )
     for check in BY_ID.values():
-        if check.on_engine is None:
+        if not check.on_engine:
             assert check.mock_only.startswith("needs "), check.id
             assert not re.search(r"\d", check.mock_only), check.id  # it becomes a verdict
         else:
@@ -166,8 +168,8 @@ def test_checks_that_need_the_mock_come_back_skipped_with_their_reason() -> None
 def test_the_engine_time_limit_covers_its_checks_one_after_another() -> None:
     rubric = Rubric(submission_timeout_s=10.0)
     engine = sum(BY_ID[i].engine_budget_s for i in ENGINE_IDS)
-    assert rubric.time_limit_s(CHECK_IDS, engine=True) >= engine
-    assert rubric.time_limit_s(CHECK_IDS) < engine
+    assert rubric.time_limit_s(CHECK_IDS, engine=True, budget=ONE_CPU) >= engine
+    assert rubric.time_limit_s(CHECK_IDS, budget=ONE_CPU) < engine
 
 
 def test_the_report_names_the_engine_and_reads_it_back() -> None:

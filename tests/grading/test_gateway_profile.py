@@ -17,6 +17,7 @@ from grading_support import write_variant
 from labkit import serve_subprocess
 from labkit.checks import CHECK_IDS, CheckResult, arun_checks
 from labkit.checks.catalogue import ALL_IDS, lanes_for, replicas_for, select
+from labkit.checks.machine import Budget
 from labkit.cli import main
 from labkit.grading.rubric import Rubric
 
@@ -40,8 +41,11 @@ def test_an_unknown_profile_is_named_in_the_error() -> None:
 
 def test_a_minute_long_check_gets_a_time_limit_it_fits_in() -> None:
     rubric = Rubric()
-    assert rubric.time_limit_s(CHECK_IDS) == rubric.time_limit_s()
-    assert rubric.time_limit_s(ALL_IDS) >= 100 + 30  # minute_stream's budget and a start margin
+    one = Budget(cpus=1.0)
+    assert rubric.time_limit_s(CHECK_IDS, budget=one) == rubric.time_limit_s(budget=one)
+    assert (
+        rubric.time_limit_s(ALL_IDS, budget=one) >= 100 + 30
+    )  # minute_stream's budget and a start margin
 
 
 def test_a_class_is_not_graded_on_the_gateway_profile(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from labkit import serve
+from labkit.checks.machine import Budget
 from labkit.grading.isolation import Cgroup, Limits, NoSandbox, choose
 from labkit.grading.sandbox import clean_env, start_proxy
 from labkit.upstream import MockUpstream
@@ -185,7 +186,11 @@ def test_the_served_process_is_found_inside_the_sandbox_wrappers(tmp_path: Path)
     submission = tmp_path / "proxy.py"
     submission.write_text("from starlette.applications import Starlette\napp = Starlette()\n")
     proxy = start_proxy(
-        submission, upstream_url="http://127.0.0.1:9", usage_log=tmp_path / "u", cwd=tmp_path
+        submission,
+        upstream_url="http://127.0.0.1:9",
+        usage_log=tmp_path / "u",
+        cwd=tmp_path,
+        budget=Budget(cpus=1.0),
     )
     try:
         assert proxy.server_pid is not None

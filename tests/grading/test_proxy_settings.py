@@ -1,7 +1,7 @@
-"""The settings a check needs its proxy started with (``Check.proxy_env``): notebook 15's grace
-period and replay bound. The grader starts each lane's proxy with its checks' settings, so checks
-that need different values sit in different lanes; graded by URL, where the settings are not the
-grader's to choose, those checks are not run, saying which settings they need."""
+"""The settings a check needs its proxy started with (its module's ``PROXY_ENV``): notebook 15's
+grace period and replay bound. The grader starts each lane's proxy with its checks' settings, so
+checks that need different values sit in different lanes; graded by URL, where the settings are
+not the grader's to choose, those checks are not run, saying which settings they need."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pytest
 
 from labkit.checks.catalogue import BY_ID, CHECK_IDS, LANES, proxy_env_for
 from labkit.checks.replay_bound import BOUND
-from labkit.checks.resume_cancel import GRACE_S, STOP_GRACE_S
+from labkit.checks.resume_grace import GRACE_S
+from labkit.checks.resume_stop import GRACE_S as STOP_GRACE_S
 from labkit.grading.grader import agrade_file, agrade_url, needs_settings
 from labkit.servers import ServerHandle
 

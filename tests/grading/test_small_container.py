@@ -37,6 +37,7 @@ from labkit.grading.rubric import Rubric, RubricError
 
 CPU = 0.5
 MEMORY_MB = 768
+ONE_CPU = Budget(cpus=1.0)
 # The reference, and broken proxies whose failing checks measure time or flow: each timed check
 # (backpressure, concurrency, both keepalives, trickle, the cancels of every window, and notebook
 # 15's resumes, Stop and grace period) is failed by one of them.
@@ -229,6 +230,11 @@ def test_the_flat_out_lane_waits_for_the_other_lanes() -> None:
     assert asyncio.run(scenario()) == ["others done", "solo"]
 
 
+def decided(result: CheckResult, budget: Budget) -> CheckResult:
+    """The judge of a test's check whose experiment decides by itself."""
+    return result
+
+
 def test_a_mock_too_busy_to_show_its_books_is_inconclusive_not_a_fail() -> None:
     """Seen on a loaded machine: the mock streaming flat out for backpressure did not answer
     /debug/requests within the timeout, and the check failed a correct proxy."""
@@ -236,8 +242,10 @@ def test_a_mock_too_busy_to_show_its_books_is_inconclusive_not_a_fail() -> None:
     async def busy_mock(ctx: CheckContext) -> CheckResult:
         raise MockUpstreamError(url="http://mock/debug/requests", expected="a response", got="x")
 
-    check = Check("backpressure", busy_mock, 5.0, "summary", "10_backpressure_and_slow_clients")
-    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9")
+    check = Check(
+        "backpressure", "10_backpressure_and_slow_clients", "summary", 5.0, busy_mock, decided
+    )
+    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9", budget=ONE_CPU)
     result = asyncio.run(runner.run_one(check, ctx))
     assert result.inconclusive and not result.passed
     assert result.verdict == "inconclusive: the grader's mock upstream did not answer in time"
@@ -260,8 +268,8 @@ def test_an_inconclusive_check_is_run_again_and_the_second_verdict_counts() -> N
             )
         return outcome.failed("a slow stream holds up the others", {"probes": 40}, "async")
 
-    check = Check("concurrency", paused_once, 5.0, "summary", "07_production_gateway")
-    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9")
+    check = Check("concurrency", "07_production_gateway", "summary", 5.0, paused_once, decided)
+    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9", budget=ONE_CPU)
     result = asyncio.run(runner.run_one(check, ctx))
     assert len(calls) == 2
     assert result.status == "failed" and not result.inconclusive
@@ -282,13 +290,14 @@ def test_an_inconclusive_check_that_asks_for_no_retry_is_run_once() -> None:
 
     check = Check(
         "backpressure",
-        window_ran_out,
-        5.0,
-        "summary",
         "10_backpressure_and_slow_clients",
+        "summary",
+        5.0,
+        window_ran_out,
+        decided,
         retry_inconclusive=False,
     )
-    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9")
+    ctx = CheckContext("http://127.0.0.1:9", "http://127.0.0.1:9", budget=ONE_CPU)
     result = asyncio.run(runner.run_one(check, ctx))
     assert len(calls) == 1
     assert result.inconclusive and "attempts" not in result.evidence
@@ -305,6 +314,7 @@ def test_a_check_that_decides_at_once_is_run_once() -> None:
         calls.append(1)
         return CheckResult("trickle", True, "tokens reach the client as they are made")
 
-    check = Check("trickle", decides, 5.0, "summary", "03_breaking_with_buffers")
-    result = asyncio.run(runner.run_one(check, CheckContext("http://127.0.0.1:9", "http://x")))
+    check = Check("trickle", "03_breaking_with_buffers", "summary", 5.0, decides, decided)
+    ctx = CheckContext("http://127.0.0.1:9", "http://x", budget=ONE_CPU)
+    result = asyncio.run(runner.run_one(check, ctx))
     assert calls == [1] and "attempts" not in result.evidence

@@ -15,7 +15,8 @@ from observed_proxies import write_observed
 
 from labkit.capture import Capture
 from labkit.checks import CheckResult, run_checks
-from labkit.checks.trickle import BATCH_GAP, BATCHED, BATCHED_SHARE, _judge
+from labkit.checks.machine import Budget
+from labkit.checks.trickle import BATCH_GAP, BATCHED, BATCHED_SHARE, Observed, judge
 from labkit.servers import serve_subprocess, start_mock_upstream
 
 INTERVAL = 0.05  # the mock's 20 tokens/s
@@ -32,7 +33,7 @@ def _judged(gaps: list[float]) -> CheckResult:
         times.append(times[-1] + gap)
     capture = Capture("http://proxy/v1/chat/completions", status=200, token_times=times)
     capture.token_counts = list(range(1, len(times) + 1))
-    return _judge(capture, PRODUCED)
+    return judge(Observed(capture, PRODUCED), Budget(cpus=1.0))
 
 
 def _pairs(between: float, count: int) -> list[float]:
@@ -82,7 +83,7 @@ def test_a_pause_of_a_loaded_machine_is_no_batching() -> None:
 def test_everything_at_the_end_still_fails_without_a_warning() -> None:
     capture = Capture("http://proxy", status=200, token_times=[PRODUCED[1] + 0.001] * TOKENS)
     capture.token_counts = list(range(1, TOKENS + 1))
-    judged = _judge(capture, PRODUCED)
+    judged = judge(Observed(capture, PRODUCED), Budget(cpus=1.0))
     assert not judged.passed and judged.warning == ""
     assert judged.verdict.startswith("tokens arrive in a burst at the end")
 

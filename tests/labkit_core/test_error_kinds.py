@@ -31,6 +31,7 @@ import pytest
 
 import labkit
 import labkit.errors as errors
+from labkit.checks.machine import Budget
 from labkit.cli import main
 from labkit.errors import (
     PROBLEM_KINDS,
@@ -445,6 +446,7 @@ def test_rewording_every_message_changes_no_start_failure_verdict(
             upstream_url="http://127.0.0.1:9",
             usage_log=tmp_path / "usage.jsonl",
             cwd=tmp_path,
+            budget=Budget(cpus=1.0),
         ).stop()  # not reached: each of these fails to start
     exc = info.value
     _reword_the_error(exc)

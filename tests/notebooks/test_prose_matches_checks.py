@@ -24,6 +24,7 @@ import pytest
 
 from labkit.checks import (
     cancel,
+    cancel_before_first_token,
     comment_silence,
     concurrency,
     integrity,
@@ -71,24 +72,24 @@ CLAIMS = [
         "long_stream": _seconds(long_stream.SCENARIO, "ttft_ms"),
     }),
     Claim("first token", r"first token takes N s\b", {
-        "cancel_before_first_token": _seconds(cancel.EARLY_SCENARIO, "ttft_ms"),
+        "cancel_before_first_token": _seconds(cancel_before_first_token.SCENARIO, "ttft_ms"),
     }),
     Claim("probe interval", r"probe every N s\b", {"concurrency": concurrency.PROBE_EVERY_S}),
     Claim("probe limit", r"waits? more\s+than N s\b", {"concurrency": concurrency.MAX_PROBE_S}),
     Claim("probe limit", r"probe limit of N s\b", {"concurrency": concurrency.MAX_PROBE_S}),
     Claim("probe wait", r"probes wait (?:about |~)N s\b", {"concurrency": concurrency.TTFT_S}),
     Claim("answer length", r"\ba N s answer\b", {
-        "cancel": cancel.CANCEL_SCENARIO["tokens"] / cancel.CANCEL_SCENARIO["tps"],
+        "cancel": cancel.SCENARIO["tokens"] / cancel.SCENARIO["tps"],
         "cancel_whole_answer": whole_answer.TOKENS / whole_answer.SCENARIO["tps"],
     }),
     Claim("hang-up", r"hangs up after N s\b", {
-        "cancel": cancel.CANCEL_AFTER_S,
-        "cancel_before_first_token": cancel.EARLY_AFTER_S,
+        "cancel": cancel.AFTER_S,
+        "cancel_before_first_token": cancel_before_first_token.AFTER_S,
         "cancel_whole_answer": whole_answer.HANG_UP_S,
     }),
     Claim("stop limit", r"stop within N s\b", {
         "cancel": cancel.MAX_STOP_S,
-        "cancel_before_first_token": cancel.MAX_STOP_S,
+        "cancel_before_first_token": cancel_before_first_token.MAX_STOP_S,
     }),
     Claim("silence", r"\bN s of (?:upstream )?silence\b", {
         "keepalive": keepalive.STALL_S,
@@ -197,7 +198,7 @@ def test_a_right_number_about_a_check_passes() -> None:
     prose = (
         f"The `concurrency` check opens {concurrency.STREAMS} streams with a "
         f"{concurrency.TTFT_S:g} s first token.\n\n- `cancel_before_first_token`: the client "
-        f"hangs up after {cancel.EARLY_AFTER_S:g} s."
+        f"hangs up after {cancel_before_first_token.AFTER_S:g} s."
     )
     assert mismatches(prose) == []
     assert claims_made(prose) == 3
