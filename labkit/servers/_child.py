@@ -4,7 +4,7 @@ Run as ``python -m labkit.servers._child --target T --ready-file F ...``. The ch
 itself (port 0 by default) and, once uvicorn is serving, writes a ``ready``
 :class:`~labkit.servers._status.ChildStatus` with the port to the ready file. If it cannot get
 that far it writes the status that says why (``syntax_error``, ``import_error``, ``no_app``,
-``load_error``, ``port_in_use``, ``bind_error``, ``startup_failed``, with the error and its
+``load_error``, ``port_in_use``, ``start_failed``, ``startup_failed``, with the error and its
 traceback), so the parent can raise the matching error with a plain message. How loading failed
 is decided here, where the exception itself is at hand (by its class, or by where loading
 stopped), and travels as that kind: nobody reads it back out of the message. Everything the
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         ChildStatus("port_in_use").write(args.ready_file)
         return 2
     except ServerStartError as exc:
-        ChildStatus("bind_error", error=str(exc)).write(args.ready_file)
+        ChildStatus("start_failed", error=str(exc)).write(args.ready_file)
         return 2
     port = sock.getsockname()[1]
 

@@ -6,7 +6,10 @@ parent named, whole and then renamed into place, so the parent never reads half 
 loaded says how (a :data:`~labkit.errors.LoadFailure`: ``syntax_error``, ``import_error``,
 ``no_app``, ``load_error``). The parent (``labkit.servers._subprocess``) turns every kind but
 ``ready`` into the matching error class of ``labkit.errors``, the kind itself carried as data, so
-nothing downstream reads the wording of ``error``.
+nothing downstream reads the wording of ``error``. Each of those kinds is a
+:data:`~labkit.errors.ProblemKind`, the kind of the error the parent raises (a load failure's:
+``TargetLoadError.reason``), so the report of a learner's proxy that did not start names it as
+the child did.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from labkit.errors import LoadFailure
 
 __all__ = ["LOAD_FAILURES", "ChildStatus", "Kind"]
 
-Kind = Literal["ready", LoadFailure, "port_in_use", "bind_error", "startup_failed"]
+Kind = Literal["ready", LoadFailure, "port_in_use", "start_failed", "startup_failed"]
 KINDS: frozenset[str] = frozenset(get_args(Kind))
 #: the kinds that say a target could not be loaded (each becomes a ``TargetLoadError``)
 LOAD_FAILURES: frozenset[LoadFailure] = frozenset(get_args(LoadFailure))

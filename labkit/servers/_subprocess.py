@@ -163,7 +163,7 @@ _START_ERRORS: dict[Kind, Callable[[SubprocessServer, ChildStatus], ServerStartE
     "startup_failed": lambda server, status: AppStartupError(
         name=server.name, error=status.error, details=status.details
     ),
-    "bind_error": lambda server, status: ServerStartError(
+    "start_failed": lambda server, status: ServerStartError(
         status.error or f"{server.name!r} did not start: it could not bind its socket",
         name=server.name,
     ),

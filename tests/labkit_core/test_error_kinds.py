@@ -231,6 +231,22 @@ def test_the_problem_an_error_caused_has_that_errors_kind(exc: LabkitError) -> N
     assert problem_from(exc, "proxy.py").kind == type(exc).kind
 
 
+def test_each_way_a_child_fails_to_start_is_the_kind_of_the_error_it_becomes() -> None:
+    """The child's status names the failure with the kind the parent's error has (a load
+    failure: the ``TargetLoadError``'s reason), so child, error and report share one word."""
+    from types import SimpleNamespace
+
+    from labkit.servers._status import KINDS
+    from labkit.servers._subprocess import _START_ERRORS
+
+    server = SimpleNamespace(name="proxy", host="127.0.0.1", port=8901, target="/x/proxy.py")
+    assert set(_START_ERRORS) == KINDS - {"ready"}
+    for kind, make in _START_ERRORS.items():
+        error = make(server, ChildStatus(kind, error="E: x"))  # type: ignore[arg-type]
+        assert getattr(error, "reason", error.kind) == kind, (kind, error)
+        assert kind in PROBLEM_KINDS
+
+
 def test_the_reports_public_kinds_are_the_error_classes_kinds() -> None:
     """The names instructors read in the JSON report and grades.csv (docs/instructors.md)."""
     assert AppStartupError.kind == "startup_failed"
