@@ -105,6 +105,7 @@ if typing.TYPE_CHECKING:
     from labkit.stream_gateway import RestartPolicy as RestartPolicy
     from labkit.stream_gateway import make_stream_gateway as make_stream_gateway
     from labkit.upstream import MockUpstream as MockUpstream
+    from labkit.upstream import chat_request as chat_request
 
 # The public surface, written once: each name and the module it is loaded from.
 _WHERE = {
@@ -147,6 +148,7 @@ _WHERE = {
     "browser_problem": "labkit.chat.browser",
     "capture_stream": "labkit.capture",
     "chat_page": "labkit.chat",
+    "chat_request": "labkit.upstream",
     "check_proxy": "labkit.proxy_file",
     "engine_if_built": "labkit.engine",
     "find_nginx": "labkit.servers",

@@ -24,7 +24,34 @@ from labkit.servers import UPSTREAM_URL_ENV, ServerHandle
 from labkit.settings import UPSTREAM_URL
 from mock_upstream import DEBUG_TOKEN_HEADER
 
-__all__ = ["MockUpstream"]
+__all__ = ["LAB_PROMPT", "MockUpstream", "chat_request"]
+
+LAB_PROMPT = "Explain how a streaming proxy keeps tokens flowing."
+RECORD_POLL_S = 0.02
+
+
+def chat_request(
+    seed: int,
+    *,
+    prompt: str = LAB_PROMPT,
+    usage: bool = False,
+    stream: bool = True,
+    **scenario: Any,
+) -> dict[str, Any]:
+    """An OpenAI chat request for the mock: ``scenario`` (its pacing and faults, docs/CONTRACT.md)
+    in the body's ``mock`` field, tagged with ``seed``, which fixes the answer's text and finds
+    the request's record (``MockUpstream.record_of(seed)``) among concurrent ones. A proxy must
+    forward the body, so the tag reaches the mock whatever the proxy does with headers.
+    ``usage`` asks for the usage chunk (``stream_options.include_usage``)."""
+    body: dict[str, Any] = {
+        "model": "lab-model",
+        "messages": [{"role": "user", "content": prompt}],
+        "stream": stream,
+        "mock": {**scenario, "seed": seed},
+    }
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    return body
 
 
 class MockUpstream:
@@ -96,6 +123,28 @@ class MockUpstream:
                 got="none (send a request first, or it was cleared by reset())",
             )
         return records[-1]
+
+    def records(self, seed: int) -> list[dict[str, Any]]:
+        """The records of the requests tagged ``seed`` (their ``mock`` field's seed, as
+        ``chat_request`` sets it), oldest first."""
+        return [r for r in self.requests() if r.get("scenario", {}).get("seed") == seed]
+
+    def record_now(self, seed: int) -> dict[str, Any] | None:
+        """The newest record tagged ``seed`` as it is now; None before the request arrived."""
+        found = self.records(seed)
+        return found[-1] if found else None
+
+    def record_of(self, seed: int, settle_s: float = 3.0) -> dict[str, Any] | None:
+        """The newest record tagged ``seed`` once the mock has stopped working on it (neither
+        queued for a slot nor running), or as it is after ``settle_s`` seconds: a request the
+        client left is recorded ``cancelled`` a moment after the hang-up, not at once."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            record = self.record_now(seed)
+            settled = record is not None and record.get("state") not in ("queued", "running")
+            if settled or time.monotonic() >= deadline:
+                return record
+            time.sleep(RECORD_POLL_S)
 
     def reset(self) -> None:
         """Forget every record and zero the metrics' request counts."""

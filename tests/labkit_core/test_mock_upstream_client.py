@@ -16,6 +16,7 @@ from labkit import (
     MockUpstreamError,
     ServerHandle,
     capture_stream,
+    chat_request,
     running_servers,
     serve,
     start_mock_upstream,
@@ -272,3 +273,26 @@ def test_a_capture_counts_the_mocks_tokens_not_its_events(
     assert capture.content_events < capture.tokens_received
     assert capture.token_counts == sorted(capture.token_counts)
     assert len(capture.token_counts) == len(capture.token_times) == capture.content_events
+
+
+def test_a_seed_tagged_request_finds_its_own_record_among_others(upstream: ServerHandle) -> None:
+    mock = MockUpstream(upstream)
+    url = f"{upstream.url}/v1/chat/completions"
+    assert mock.record_now(9101) is None  # before the request: nothing, and no wait
+    capture_stream(url, json=chat_request(9101, usage=True, ttft_ms=0, tps=400, tokens=12))
+    capture_stream(url, json=chat_request(9102, ttft_ms=0, tps=400, tokens=5))
+    record = mock.record_of(9101)
+    assert record is not None and record["scenario"]["seed"] == 9101
+    assert record["state"] == "completed" and record["tokens_generated"] == 12
+    assert [r["scenario"]["seed"] for r in mock.records(9102)] == [9102]
+
+
+def test_record_of_waits_until_the_mock_has_stopped_working_on_it(upstream: ServerHandle) -> None:
+    mock = MockUpstream(upstream)
+    capture_stream(
+        f"{upstream.url}/v1/chat/completions",
+        json=chat_request(9103, ttft_ms=0, tps=20, tokens=200),
+        disconnect_after_events=2,
+    )
+    record = mock.record_of(9103, settle_s=5.0)
+    assert record is not None and record["state"] == "cancelled"  # not "running" a moment after
