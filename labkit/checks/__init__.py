@@ -13,8 +13,12 @@ Ids, in catalogue order: trickle, cancel, cancel_before_first_token, cancel_queu
 cancel_whole_answer, usage, midstream_error, upstream_status, content_encoding, long_stream,
 keepalive, keepalive_under_comments, integrity, concurrency, backpressure, passthrough,
 error_before_first_token, tool_calls, resume, resume_twice, resume_stop, resume_grace,
-replay_bound. Each check's module docstring describes its experiment and why a correct and a
-broken proxy land far apart. The last five (notebook 15, resumable streams) need the proxy started
+replay_bound. Each check is one module of one shape: ``ID``, ``STEP``, ``SUMMARY``, ``BUDGET_S``,
+``observe(ctx)`` (the experiment, returning what it saw) and ``judge(evidence, budget)`` (the
+verdict, pure), and on a real engine ``observe_on_engine``/``judge_on_engine`` or else
+``MOCK_ONLY``; the catalogue (``labkit.checks.catalogue``) is built from those modules. Each
+module's docstring describes its experiment and why a correct and a broken proxy land far
+apart. The last five (notebook 15, resumable streams) need the proxy started
 with settings of their own (``catalogue.proxy_env_for``). The ``gateway`` profile adds
 minute_stream and resume_replica (two replicas of the proxy on one Redis:
 ``CheckContext.replica_url``).
@@ -23,7 +27,9 @@ Verdicts depend on the property, not on the grader's speed: counts of tokens, st
 of the experiment's own times where possible, and wide margins where a time is the measure. A
 check that cannot decide because the machine is too slow (``concurrency``, ``backpressure``) is
 *inconclusive*: skipped, so never a FAIL, with the measured reason in its evidence (see
-``labkit.checks.result``). Below one CPU the time budgets stretch (``labkit.checks.machine``).
+``labkit.checks.result``). Below one CPU the time budgets, and every timeout inside a check,
+stretch with the run's ``Budget`` (``labkit.checks.machine``), which ``run_checks`` reads once
+and hands down.
 
 With ``upstream="engine"`` the proxy forwards to a real engine instead of the mock: the
 checks that need no fault injection (``catalogue.ENGINE_IDS``) run one after another against

@@ -18,7 +18,8 @@ and counts them as activity leaves the whole 6 s, as does one that holds the str
 Timing is the client's, in the grader's event loop: if that loop was held up for more than
 GRADER_PAUSE_S meanwhile, a long silence may be the grader's, so the result is inconclusive (and
 run again). ``observe`` runs the experiment; ``judge`` decides, and is tested on constructed
-observations in process (tests/checks/test_judges_comment_silence.py).
+observations in process (tests/checks/test_judges_comment_silence.py). The client's read limit,
+LIMIT_S, stretches with the run's ``Budget``; MAX_SILENCE_S does not.
 """
 
 from __future__ import annotations

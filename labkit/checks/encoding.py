@@ -14,7 +14,8 @@ one from a client that accepts only ``identity``. Each body is decoded as the re
 ``choices``), and the identity client's answer is not compressed. Nothing is timed.
 
 ``observe`` sends both; ``judge`` decides (tested in process:
-tests/checks/test_judges_encoding.py).
+tests/checks/test_judges_encoding.py). Each answer is given up after LIMIT_S, stretched with the
+run's ``Budget``.
 """
 
 from __future__ import annotations

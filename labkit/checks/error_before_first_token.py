@@ -8,16 +8,17 @@ side, where the error was filtered out as an empty chunk). A gateway that drops 
 not look like the answer yet (no id, no choices) forwards only the ``[DONE]``: the client gets
 a successful completion with no text, and the bill says ``completed``.
 
-Experiment: one stream through the real ``openai`` SDK from an upstream whose first event is
-the error (``error_after=0``), followed by ``[DONE]`` (``done_after_error``). Pass: the SDK
-raises ``openai.APIError`` with no text before it, either for the in-stream error event (as
-the lab's proxy forwards it) or for an error status (from a gateway that reads the first event
-before it answers, as LiteLLM does: nothing has been streamed yet, so a status is honest too),
-but never for a broken connection; and, when there is a usage log, the lines written for this
-request (its upstream id, or no id: the proxy never saw one) say ``error`` and none says
-``completed``. A proxy that writes no usage log at all is judged on the stream alone (``usage``
-reports the missing log). No time is measured. ``observe`` reads the stream and the log,
-``judge`` decides (tested in process: tests/checks/test_judges_error_before_first_token.py).
+Experiment: one stream through the real ``openai`` SDK from an upstream whose first event is the
+error (``error_after=0``), followed by ``[DONE]`` (``done_after_error``). Pass: the SDK raises
+``openai.APIError`` with no text before it, either for the in-stream error event (as the lab's
+proxy forwards it) or for an error status (from a gateway that reads the first event before it
+answers, as LiteLLM does: nothing has been streamed yet, so a status is honest too), but never
+for a broken connection; and, when there is a usage log, the lines written for this request (its
+upstream id, or no id: the proxy never saw one) say ``error`` and none says ``completed``. A
+proxy that writes no usage log at all is judged on the stream alone (``usage`` reports the
+missing log). No time is measured. ``observe`` reads the stream and the log, ``judge`` decides
+(tested in process: tests/checks/test_judges_error_before_first_token.py). The stream is given
+up after LIMIT_S and the log waited for LOG_WAIT_S, both stretched with the run's ``Budget``.
 """
 
 from __future__ import annotations

@@ -14,9 +14,10 @@ depends on the request and its seed, not its pace, so that copy is sent at full 
 two are compared by their content events' text, in order (``compare``).
 
 Pass: the proxied stream ends with ``[DONE]`` and its content events equal the upstream's, one
-for one. A lost, repeated or reordered event fails, naming which. Nothing is timed: a proxy
-that loses events loses them on any machine. ``observe`` runs both streams; ``judge`` decides
-(tested in process: tests/checks/test_judges_integrity.py).
+for one. A lost, repeated or reordered event fails, naming which. Nothing is timed: a proxy that
+loses events loses them on any machine. ``observe`` runs both streams; ``judge`` decides (tested
+in process: tests/checks/test_judges_integrity.py). Each stream is given up after LIMIT_S,
+stretched with the run's ``Budget``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ with its own verdict: the client's longest gap is then far shorter than the upst
 first byte instead.
 
 ``observe`` runs the experiment and returns what the client saw; ``judge`` holds every rule, and
-is tested on constructed observations in process (tests/checks/test_judges_keepalive.py).
+is tested on constructed observations in process (tests/checks/test_judges_keepalive.py). The
+client's read timeout, LIMIT_S, stretches with the run's ``Budget``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """``long_stream``: a slow first token and a long generation survive the proxy.
 
-Experiment: the first token takes 6 s (longer than httpx's default 5 s timeout), then 120
-tokens at 40 tokens/s. Pass: the client gets every token and ``data: [DONE]`` (~9 s in all).
-A proxy built on a bare ``httpx.AsyncClient()`` gives up at 5 s. ``observe`` runs it, ``judge``
-decides (tested in process: tests/checks/test_judges_long_stream.py).
+Experiment: the first token takes 6 s (longer than httpx's default 5 s timeout), then 120 tokens
+at 40 tokens/s. Pass: the client gets every token and ``data: [DONE]`` (~9 s in all). A proxy
+built on a bare ``httpx.AsyncClient()`` gives up at 5 s. ``observe`` runs it, ``judge`` decides
+(tested in process: tests/checks/test_judges_long_stream.py). The client's read timeout,
+LIMIT_S, stretches with the run's ``Budget``.
 """
 
 from __future__ import annotations

@@ -10,11 +10,12 @@ default: ``labkit grade --profile gateway``.
 
 Experiment: 32 tokens at 4 per second, then 50 s of upstream silence, then 32 more (about 67 s
 in all, longer than nginx's and ALB's 60 s). The client reads with a 30 s idle limit, as a
-strict load balancer would: only heartbeats (SSE comments) during the silence keep it
-reading. Pass: every token and ``data: [DONE]`` arrive. A proxy whose heartbeats are rarer than
-every 30 s, whose upstream read timeout is shorter than 50 s, or that caps the whole response
-at a minute fails, and the verdict says which way. ``observe`` runs it, ``judge`` decides
-(tested in process: tests/checks/test_judges_minute_stream.py).
+strict load balancer would: only heartbeats (SSE comments) during the silence keep it reading.
+Pass: every token and ``data: [DONE]`` arrive. A proxy whose heartbeats are rarer than every 30
+s, whose upstream read timeout is shorter than 50 s, or that caps the whole response at a minute
+fails, and the verdict says which way. ``observe`` runs it, ``judge`` decides (tested in
+process: tests/checks/test_judges_minute_stream.py). Below one CPU the client's idle limit,
+CLIENT_IDLE_S, stretches with the run's ``Budget`` (``judge`` reports the limit used).
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ before the first token at 600 ms, then more between tokens):
 - a raw capture of the other counts the data events that are neither JSON nor ``[DONE]``.
 
 Pass: the SDK stream finishes with the text and raises nothing, and the raw stream ends with
-``data: [DONE]`` and has no unreadable data event. Nothing is timed: a correct proxy passes
-on any machine, and one broken this way fails on the first comment, every time. ``observe``
-reads the two streams, ``judge`` decides (tested in process:
-tests/checks/test_judges_passthrough.py).
+``data: [DONE]`` and has no unreadable data event. Nothing is timed: a correct proxy passes on
+any machine, and one broken this way fails on the first comment, every time. ``observe`` reads
+the two streams, ``judge`` decides (tested in process: tests/checks/test_judges_passthrough.py).
+Each stream is given up after LIMIT_S, stretched with the run's ``Budget``.
 """
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ cursors are places in the answer (event N has ``id: N``), counted by the client.
 Pass: the old cursor is refused (an error status, or an error event and no content) and the
 recent one gives the events after it, as the first connection got them, to ``[DONE]``. An
 unbounded log replays from the old cursor; a bounded one that forgets more than it must, or a
-resume that starts elsewhere, fails the recent one. Nothing is timed. ``observe`` runs the
-three connections; ``judge`` decides (tested in process: tests/checks/test_judges_replay_bound.py).
+resume that starts elsewhere, fails the recent one. Nothing is timed. ``observe`` runs the three
+connections; ``judge`` decides (tested in process: tests/checks/test_judges_replay_bound.py).
+Each connection is given up after LIMIT_S, stretched with the run's ``Budget``.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ one call, its id and name run together, arguments that are not JSON.
 Experiment: one request offering two tools, answered with two calls whose deltas interleave
 (``interleave_tools``), read with the real ``openai`` SDK's ``chat.completions.stream()``
 helper; the same request (same seed) asked of the upstream directly, unstreamed, says what the
-calls should be. Pass: the assembled message has both calls, in order, with distinct ids,
-and each call's arguments parse as JSON and equal the upstream's. No time is measured.
-``observe`` asks both, ``judge`` decides (tested in process:
-tests/checks/test_judges_tool_calls.py).
+calls should be. Pass: the assembled message has both calls, in order, with distinct ids, and
+each call's arguments parse as JSON and equal the upstream's. No time is measured. ``observe``
+asks both, ``judge`` decides (tested in process: tests/checks/test_judges_tool_calls.py). Each
+request is given up after LIMIT_S, stretched with the run's ``Budget``.
 """
 
 from __future__ import annotations

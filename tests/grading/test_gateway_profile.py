@@ -1,8 +1,8 @@
 """``--profile gateway``: the slow case only a deployed gateway meets (``minute_stream``, a
 stream of over a minute with 50 s of upstream silence, read by a client that hangs up after
 30 s of idle), off by default and judged like every other check. Its judge is tested in process
-in test_judges_minute_stream.py; here it observes real minute-long streams over sockets, all at
-once, each proxy on a mock of its own in a child process."""
+in tests/checks/test_judges_minute_stream.py; here it observes real minute-long streams over
+sockets, all at once, each proxy on a mock of its own in a child process."""
 
 from __future__ import annotations
 

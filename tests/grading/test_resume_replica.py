@@ -1,5 +1,5 @@
 """``resume_replica`` over real sockets, both ways the grader runs it. Its judge is tested in
-process in test_judges_resume_replica.py.
+process in tests/checks/test_judges_resume_replica.py.
 
 - **By URL** (``labkit grade-url A --replica B``): two replicas of the reference on one Redis
   pass; two of ``log_in_process`` (the reference with its replay log always in its process)
