@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from labkit.checks.engine_books import EngineBooks
+from labkit.checks.engine_books import READ_TIMEOUT_S, EngineBooks
 from labkit.checks.machine import Budget
 from labkit.checks.result import INCONCLUSIVE, CheckResult, Evidence
 from labkit.upstream import MockUpstream
@@ -79,11 +79,18 @@ class CheckContext:
         if self.replica_url is not None:
             self.replica_url = self.replica_url.rstrip("/")
         # A mock streaming flat out for ``backpressure`` on a starved machine can take seconds
-        # to answer: wait for its books longer than a learner's client would.
+        # to answer: wait for its books longer than a learner's client would (and longer still
+        # below one CPU, as every limit of the run).
         self.mock = MockUpstream(
-            self.upstream_url, token=self.upstream_token, timeout_s=MOCK_TIMEOUT_S
+            self.upstream_url,
+            token=self.upstream_token,
+            timeout_s=self.budget.stretch(MOCK_TIMEOUT_S),
         )
-        self._books = EngineBooks(self.upstream_url) if self.upstream == "engine" else None
+        self._books = (
+            EngineBooks(self.upstream_url, self.budget.stretch(READ_TIMEOUT_S))
+            if self.upstream == "engine"
+            else None
+        )
 
     @property
     def books(self) -> EngineBooks:

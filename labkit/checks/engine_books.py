@@ -85,8 +85,9 @@ class Books:
 class EngineBooks:
     """An engine's ``/metrics`` and ``/v1/models``, read from a check's event loop."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, read_timeout_s: float = READ_TIMEOUT_S) -> None:
         self.url = url.rstrip("/")
+        self.read_timeout_s = read_timeout_s  # a check's: READ_TIMEOUT_S stretched for its run
         self._model: str | None = None
 
     def __repr__(self) -> str:
@@ -95,7 +96,7 @@ class EngineBooks:
     async def _get(self, path: str) -> httpx.Response:
         url = self.url + path
         try:
-            async with httpx.AsyncClient(timeout=READ_TIMEOUT_S) as client:
+            async with httpx.AsyncClient(timeout=self.read_timeout_s) as client:
                 response = await client.get(url, headers={"Connection": "close"})
         except httpx.HTTPError as failure:  # refused, reset, timed out: no books to read
             raise EngineReadError(url=url, got=f"{type(failure).__name__}: {failure}") from None

@@ -171,9 +171,10 @@ async def _attempt(check: Check, ctx: CheckContext) -> CheckResult:
 
 async def _engine_busy(check: Check, ctx: CheckContext) -> CheckResult | None:
     """None once the engine runs no request; an inconclusive result if it still does after
-    ENGINE_IDLE_BEFORE_S (someone else is using it)."""
+    ENGINE_IDLE_BEFORE_S, stretched with the run's budget (someone else is using it)."""
+    waited_s = ctx.budget.stretch(ENGINE_IDLE_BEFORE_S)
     try:
-        idle = await ctx.books.wait_idle(ENGINE_IDLE_BEFORE_S)
+        idle = await ctx.books.wait_idle(waited_s)
     except EngineReadError as exc:
         return Outcome(check.id, check.step).inconclusive(
             "inconclusive: the engine did not show its own numbers in time", f"{exc}"[:300], {}
@@ -182,7 +183,7 @@ async def _engine_busy(check: Check, ctx: CheckContext) -> CheckResult | None:
         return None
     return Outcome(check.id, check.step).inconclusive(
         "inconclusive: the engine was busy with requests that were not the check's",
-        f"the engine still ran requests after {ENGINE_IDLE_BEFORE_S:g} s of waiting: a check "
+        f"the engine still ran requests after {waited_s:g} s of waiting: a check "
         "reads the engine's counters as its own, so it needs the engine to itself",
         {},
         "grade against an engine nothing else uses (labkit grade --engine starts one).",
