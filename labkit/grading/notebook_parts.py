@@ -1,8 +1,9 @@
 """The in-notebook parts a learner writes, graded by the checks their notebooks already run.
 
-Notebooks 01, 03, 05, 07 and 08 to 14 judge what a learner writes in the notebook itself (a
-timing client, a gzip strategy, what ``pass_on`` sends, a heartbeat's wait, an adapter, a
-scanner, a release policy, an nginx location, a prediction of the chat page's states) with
+Notebooks 01, 03, 05, 07, 08, 09 and 11 to 14 judge what a learner writes in the notebook
+itself (a timing client, a gzip strategy, what ``pass_on`` sends, a heartbeat's wait, an
+adapter, a scanner and a transcript, a release policy, an nginx location, a prediction of the
+chat page's states) with
 :class:`labkit.notebook_checks.NotebookChecks`. The grader runs those same check cells,
 headless, on the learner's code only. This module decides
 *what* runs; ``labkit.grading.notebook_grader`` runs it in the sandbox and reads the verdicts.

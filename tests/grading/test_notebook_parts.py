@@ -62,8 +62,13 @@ PARTS = {
     "01_baseline_streaming": ["timing_client"],
     "03_gzip_buffering": ["compress_and_flush", "should_compress"],
     "08_providers_and_normalisation": ["adapter", "cache_and_stops", "refusal", "responses"],
-    "09_tool_calls_and_partial_json": ["accumulate", "scanner", "validate", "blocks"],
-    "10_backpressure_and_slow_clients": ["transcript"],
+    "09_tool_calls_and_partial_json": [
+        "accumulate",
+        "scanner",
+        "validate",
+        "blocks",
+        "transcript",
+    ],
     "11_metrics_billing_and_retries": ["metrics", "billing", "retries", "no_answer"],
     "12_client_states_and_release": ["states", "release", "gateway", "by_sentence"],
     "13_nginx_and_the_edge": ["location"],
@@ -121,7 +126,7 @@ def test_a_proxy_part_cell_is_graded_with_proxy_py_not_run_as_a_notebook_part(
         sources = "\n".join(cell.source for cell in nb.cells)
         assert "%%proxy_part" not in sources, nb.stem
     assert not _only(course, "07")
-    assert [p.id for p in _only(course, "10")[0].parts] == ["nb10.transcript"]
+    assert not _only(course, "10")  # make_queue is its only part: no row of its own
 
 
 def test_a_learner_run_takes_the_part_cells_from_the_learner_and_the_rest_from_the_course(
@@ -330,6 +335,7 @@ def test_one_part_made_wrong_fails_exactly_that_part(
         "nb09.scanner": False,
         "nb09.validate": True,
         "nb09.blocks": True,
+        "nb09.transcript": True,
     }
     scanner = next(r for r in rows if r.id == "nb09.scanner")
     assert scanner.verdict.startswith("the persistent scanner's fields equal json.loads")
@@ -348,7 +354,7 @@ WRONG = [
         "compressor.flush(zlib.Z_SYNC_FLUSH if more_body else zlib.Z_FINISH)",
         "(b'' if more_body else compressor.flush())",
     ),
-    ("10_backpressure_and_slow_clients", "class Transcript", '"".join(', '" ".join('),
+    ("09_tool_calls_and_partial_json", "class Transcript", '"".join(', '" ".join('),
     # the classic guess: a refused answer that ends with [DONE] looks complete
     (
         "14_browser_chat",
@@ -368,20 +374,24 @@ def test_one_known_wrong_part_per_notebook_fails_exactly_that_part(
     for notebook, defines, edit, new in WRONG:
         _edit_cell(learner / "notebooks" / f"{notebook}.ipynb", defines, edit, new)
     rows = grade_notebook_parts(
-        learner / "notebooks", _only(course, "01", "03", "10", "14"), proxy=learner / "proxy.py"
+        learner / "notebooks", _only(course, "01", "03", "09", "14"), proxy=learner / "proxy.py"
     )
     outcomes = {r.id: r.passed for r in rows}
     assert outcomes == {
         "nb01.timing_client": False,
         "nb03.compress_and_flush": False,
         "nb03.should_compress": True,
-        "nb10.transcript": False,
+        "nb09.accumulate": True,
+        "nb09.scanner": True,
+        "nb09.validate": True,
+        "nb09.blocks": True,
+        "nb09.transcript": False,
         "nb14.predict": False,
     }, [(r.id, r.verdict, dict(r.evidence)) for r in rows]
     saw = {r.id: str(r.evidence.get("saw", "")) for r in rows}
     assert "11 arrivals for 10 text chunks" in saw["nb01.timing_client"]
     assert "frames that did not decode as soon as they left: [1, " in saw["nb03.compress_and_flush"]
-    assert "text() gave 'Hel lo', not 'Hello'" in saw["nb10.transcript"]
+    assert "text() gave 'Hel lo', not 'Hello'" in saw["nb09.transcript"]
     refusal = "refusal after 5 tokens: you predicted ('completed', True)"
     assert saw["nb14.predict"].startswith(refusal)
 
