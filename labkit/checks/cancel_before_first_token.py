@@ -27,7 +27,7 @@ the engine's idle time is judged with ENGINE_NOTICE_S more.
 
 ``observe`` and ``observe_on_engine`` run the experiments and return what they saw; ``judge``
 and ``judge_on_engine`` hold every rule, tested on constructed observations in process
-(tests/checks/test_judges_cancel_before_first_token.py). The waits (the client's read, the
+(tests/checks/test_judges_cancel.py, beside ``cancel``'s). The waits (the client's read, the
 record's watch, the engine's) stretch with the run's ``Budget``; MAX_STOP_S does not.
 """
 
