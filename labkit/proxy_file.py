@@ -435,13 +435,16 @@ def check_proxy(
     It starts mock upstreams and the proxy in child processes of its own, stops them again, and
     never raises because of what the proxy does: a part not written yet, a proxy that does not
     start, or a failed check each come back as a failed result with a hint. Blocking; works
-    inside a Jupyter kernel.
+    inside a Jupyter kernel. A top-level entry point: it reads this machine's CPUs once
+    (``Budget.here()``) and grades for them, as ``labkit grade`` does.
     """
-    from labkit.grading.grader import agrade_file  # the grader imports the checks: load late
+    from labkit.checks.machine import Budget  # the checks are heavy to import: load late
+    from labkit.grading.grader import agrade_file
 
     target = Path(path) if path is not None else find_proxy()
+    graded = agrade_file(target, only=only, budget=Budget.here())
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="labkit-grade") as pool:
-        report = pool.submit(asyncio.run, agrade_file(target, only=only)).result()
+        report = pool.submit(asyncio.run, graded).result()
     if report.problem is None:
         return report.results
     problem = report.problem.message
