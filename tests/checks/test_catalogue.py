@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 import types
 from dataclasses import is_dataclass
 from typing import get_type_hints
@@ -158,3 +159,14 @@ def test_every_check_is_in_one_lane() -> None:
     laned = [i for lane in LANES for i in lane]
     assert sorted(laned) == sorted(ALL_IDS)
     assert len(set(laned)) == len(laned)
+
+
+LITERAL_LIMIT = re.compile(r"\b(timeout|timeout_s|wait_s|limit_s|deadline_s)=\s*[1-9][\d.]*")
+
+
+@pytest.mark.parametrize("module", MODULES, ids=[m.ID for m in MODULES])
+def test_no_check_writes_a_timeout_as_a_number(module: types.ModuleType) -> None:
+    """Bug: trickle's client gave up after an inline ``timeout=10`` that no budget stretched.
+    Fix: every limit is a named constant at one CPU, stretched with the run's budget."""
+    source = inspect.getsource(module)
+    assert not LITERAL_LIMIT.findall(source), LITERAL_LIMIT.findall(source)
