@@ -196,15 +196,9 @@ ProblemKind = Literal[
 ]
 
 
-def _flat(kind: object) -> frozenset[str]:
-    """The strings of a ``Literal`` that may hold other ``Literal`` types."""
-    return frozenset(
-        name for arg in get_args(kind) for name in (_flat(arg) if get_args(arg) else {arg})
-    )
-
-
-#: ``ProblemKind``'s members, for code that reads a kind it did not write (a worker's outcome).
-PROBLEM_KINDS: Final[frozenset[str]] = _flat(ProblemKind)
+#: ``ProblemKind``'s members (``LoadFailure``'s among them: a ``Literal`` inside a ``Literal`` is
+#: flattened), for code that reads a kind it did not write (a worker's outcome).
+PROBLEM_KINDS: Final[frozenset[str]] = frozenset(get_args(ProblemKind))
 
 
 class ExitCode(IntEnum):
