@@ -12,11 +12,13 @@ a status in :data:`RETRYABLE`          try again after its ``Retry-After`` (or a
                                        than :data:`RETRY_BUDGET_S` or it was the
                                        last of :data:`MAX_ATTEMPTS`
 any other status (200 included)        return it                                    it
-no connection (``ConnectError``)       try again like a 5xx: nothing was sent, so   502
-                                       no answer can be paid for twice
-a timeout (connect, or the status      no retry: its wait is spent already, and     504
-line: the client's read timeout)       the upstream may be generating the answer
-any other transport error              no retry                                     502
+nothing sent: no connection            try again like a 5xx: the upstream never     502
+(``ConnectError``), none in time       saw the request, so no answer can be paid    (none in
+(``ConnectTimeout``), no pooled one    for twice                                    time: 504)
+in time (``PoolTimeout``)
+sent, no status line in time (the      no retry: the upstream may be generating     504
+client's read timeout; a write one)    the answer, and the client's wait is spent
+any other transport error              no retry: the request may have reached it    502
 =====================================  ===========================================  =========
 
 A failure the gateway answers itself comes back as an ``httpx.Response`` in OpenAI's error
@@ -84,12 +86,14 @@ async def open_upstream(
         last = attempt == MAX_ATTEMPTS
         try:
             response = await client.send(client.build_request("POST", CHAT, json=body), stream=True)
-        except httpx.ConnectError as exc:  # no connection: nothing was sent, safe to try again
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+            # Nothing was sent: the upstream never saw the request, so trying again is safe.
             if last:
-                return gateway_error(502, exc), attempt
+                status = 504 if isinstance(exc, httpx.TimeoutException) else 502
+                return gateway_error(status, exc), attempt
             await asyncio.sleep(0.05 * attempt)
             continue
-        except httpx.TimeoutException as exc:  # its wait is spent; the upstream may be working
+        except httpx.TimeoutException as exc:  # sent: the upstream may be generating the answer
             return gateway_error(504, exc), attempt
         except httpx.HTTPError as exc:  # the request may have reached the upstream: no retry
             return gateway_error(502, exc), attempt

@@ -5,6 +5,11 @@ notebook 11's build-it the same code as ``solutions/retries.py``.
 Bug: ``open_upstream`` read ``Retry-After`` with ``float()``, which raises on the HTTP-date
 form: the gateway answered 500. Fix: ``retry_after_s`` reads both forms.
 
+Bug (issue 45): a connect timeout and a pool timeout (nothing was sent either) were answered
+504 at once, for a reason that holds only once the request is sent ("the upstream may be
+generating"). Fix: they are retried like a connect error, and answered 504 when the attempts run
+out; a read timeout, after the request was sent, is still answered 504 at once.
+
 Bug: a connect error (nothing was sent: the safest retry there is) was neither retried nor
 caught, and a timeout waiting for the status line was not caught either: the gateway answered
 500 for both. Fix: a connect error is retried like a 5xx before the stream and, when the
@@ -232,3 +237,54 @@ def test_the_client_gets_the_status_in_openais_shape_and_one_usage_line(
     assert isinstance(raised.value.body, dict) and raised.value.body["type"] == "upstream_error"
     [line] = [json.loads(text) for text in usage_log.read_text().splitlines()]
     assert line["outcome"] == "error"
+
+
+def _offline(failures: list[type[httpx.TransportError]]) -> tuple[httpx.AsyncClient, list[str]]:
+    """A client whose attempts raise ``failures`` in turn, then get a 200; no socket is opened.
+    The list it returns collects each attempt's outcome."""
+    left, seen = list(failures), []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if left:
+            failure = left.pop(0)
+            seen.append(failure.__name__)
+            raise failure("no answer (constructed)", request=request)
+        seen.append("200")
+        return httpx.Response(200, json={})
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler), base_url="http://up"), seen
+
+
+async def _open_offline(failures: list[type[httpx.TransportError]]) -> tuple[int, int, list[str]]:
+    client, seen = _offline(failures)
+    async with client:
+        response, attempts = await open_upstream(client, chat())
+        await response.aclose()
+    return response.status_code, attempts, seen
+
+
+@pytest.mark.parametrize("failure", [httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout])
+def test_nothing_sent_is_tried_again(failure: type[httpx.TransportError]) -> None:
+    """No connection, none in time, or no pooled connection in time: the upstream never saw
+    the request, so another attempt cannot make it generate (or bill) an answer twice."""
+    status, attempts, seen = asyncio.run(_open_offline([failure]))
+    assert (status, attempts, seen) == (200, 2, [failure.__name__, "200"])
+
+
+@pytest.mark.parametrize(
+    ("failure", "status"),
+    [(httpx.ConnectError, 502), (httpx.ConnectTimeout, 504), (httpx.PoolTimeout, 504)],
+)
+def test_nothing_sent_on_every_attempt_is_the_gateways_own_status(
+    failure: type[httpx.TransportError], status: int
+) -> None:
+    got = asyncio.run(_open_offline([failure] * MAX_ATTEMPTS))
+    assert got == (status, MAX_ATTEMPTS, [failure.__name__] * MAX_ATTEMPTS)
+
+
+@pytest.mark.parametrize("failure", [httpx.ReadTimeout, httpx.WriteTimeout])
+def test_a_timeout_once_the_request_was_sent_is_answered_504_at_once(
+    failure: type[httpx.TransportError],
+) -> None:
+    """The upstream may be generating the answer: a second request could pay for two."""
+    assert asyncio.run(_open_offline([failure])) == (504, 1, [failure.__name__])
