@@ -12,7 +12,6 @@ line rules run through the notebook's code.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 import re
@@ -27,6 +26,7 @@ import nbformat
 import pytest
 from openai.types.responses import ResponseStreamEvent
 
+from labkit.messages_api import anthropic_events
 from mock_upstream import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,20 +169,10 @@ def test_01s_worked_sse_parser_reads_every_line_end_in_any_slices(
 
 
 def _anthropic_events() -> Callable[[httpx.Response], AsyncIterator[tuple[str, Any]]]:
-    """Notebook 08's given ``anthropic_events``, compiled from its cell."""
-    cell = next(c for c in _notebook("08").cells if "async def anthropic_events" in c.source)
-    tree = ast.parse(cell.source)
-    (function,) = [
-        node
-        for node in tree.body
-        if isinstance(node, ast.AsyncFunctionDef) and node.name == "anthropic_events"
-    ]
-    namespace: dict[str, Any] = {"json": json}
-    exec(compile(ast.Module([function], []), "08 anthropic_events", "exec"), namespace)
-    events: Callable[[httpx.Response], AsyncIterator[tuple[str, Any]]] = namespace[
-        "anthropic_events"
-    ]
-    return events
+    """Notebook 08's given ``anthropic_events``: the one it imports from labkit."""
+    cell = next(c for c in _notebook("08").cells if "anthropic_events," in c.source)
+    assert "from labkit import" in cell.source, "notebook 08 no longer imports it from labkit"
+    return anthropic_events
 
 
 @pytest.mark.parametrize(("line_end", "after_colon"), SSE_CASES)
