@@ -5,7 +5,11 @@ A proxy can trickle, cancel and keep alive and still lose text. The classic way 
 timer that leaves its read of the queue running when it fires (``asyncio.wait`` on a
 ``queue.get()`` task it never cancels): the abandoned read takes the next event, and nobody
 ever sends it. One event is lost per heartbeat, the stream still ends with ``[DONE]``, and no
-timing check notices.
+timing check notices. The other way is reading the upstream's lines with httpx's ``aiter_lines``,
+which ends a line at U+2028, U+2029 and U+0085 too, where SSE ends one only at CR and LF: an
+engine that writes its JSON as UTF-8 (llama.cpp does) sends those raw, and the event whose
+``data:`` line they cut is lost. The answer here opens with them (the mock's
+``separator_tokens``), and a loss there gets advice of its own (``lost_at_line_ends``).
 
 Experiment: a stream of TOKENS tokens whose upstream falls silent for SILENCE_S (3 s: a 2 s
 heartbeat fires in it, and httpx's default 5 s read timeout does not) after STALL_AFTER tokens.
@@ -23,6 +27,7 @@ stretched with the run's ``Budget``.
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,13 +48,17 @@ SEED = 6501
 TOKENS = 40
 STALL_AFTER = 15
 SILENCE_S = 3.0
+SEPARATORS = 7  # the answer opens with U+2028, U+2029 and U+0085 between ellipses, sent raw
 SCENARIO = {
     "ttft_ms": 200,
     "tps": 40,
     "tokens": TOKENS,
+    "separator_tokens": SEPARATORS,
     "stall_after": STALL_AFTER,
     "stall_s": SILENCE_S,
 }
+#: Line ends of ``str.splitlines`` that SSE does not split at (only CR and LF end an SSE line).
+UNICODE_LINE_ENDS = ("\u2028", "\u2029", "\x85")
 # The upstream's copy: the same text, without the wait.
 FULL_SPEED = {**SCENARIO, "ttft_ms": 0, "tps": 1000, "stall_s": 0.0}
 LIMIT_S = 10.0
@@ -93,6 +102,17 @@ def compare(sent: Sequence[str], received: Sequence[str]) -> Difference:
             missing.remove(event)
             moved += 1
     return Difference(len(missing), len(added), moved, first_at)
+
+
+def lost_at_line_ends(sent: Sequence[str], received: Sequence[str]) -> bool:
+    """Whether an upstream event whose text holds one of ``UNICODE_LINE_ENDS`` is missing from
+    what the client got (counted: an event sent twice must arrive twice)."""
+    got = Counter(received)
+    return any(
+        got[text] < count
+        for text, count in Counter(sent).items()
+        if any(end in text for end in UNICODE_LINE_ENDS)
+    )
 
 
 def content_events(capture: Capture) -> tuple[str, ...]:
@@ -153,7 +173,17 @@ def judge(observed: Observed, budget: Budget) -> CheckResult:
         return result.passed(
             "the client got every event the upstream sent, once and in order", evidence
         )
-    if difference.lost:
+    if difference.lost and lost_at_line_ends(observed.sent, observed.received):
+        verdict = (
+            "the client lost the events whose text holds U+2028, U+2029 or U+0085: their data "
+            "lines were cut in two"
+        )
+        advice = (
+            "split the upstream's body into lines only at CR and LF, as SSE does (sse_lines over "
+            "upstream.aiter_bytes(), notebook 04): httpx's aiter_lines also ends a line at these "
+            "characters, which an engine writing UTF-8 JSON sends raw."
+        )
+    elif difference.lost:
         verdict = "the client lost events the upstream sent"
         advice = (
             "never leave a read of the queue running after a heartbeat timer fires: wait with "

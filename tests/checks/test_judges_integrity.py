@@ -183,3 +183,25 @@ def test_no_verdict_holds_a_digit() -> None:
     ]
     for result in results:
         assert not any(c.isdigit() for c in result.verdict), result.verdict
+
+
+# events lost where aiter_lines cut their line ----------------------------------------------------
+
+WITH_LINE_ENDS = ("...", "\u2028", "...", "\u2029", "...", "\x85", "...", " word")
+
+
+def test_losing_the_events_that_hold_unicode_line_ends_says_how_lines_are_split() -> None:
+    verdict = judge(seen(without(WITH_LINE_ENDS, 1, 3, 5), WITH_LINE_ENDS), ONE_CPU)
+    assert not verdict.passed
+    assert verdict.verdict.startswith("the client lost the events whose text holds U+2028")
+    assert "sse_lines" in verdict.hint and "aiter_lines" in verdict.hint
+
+
+def test_losing_other_events_keeps_the_heartbeat_advice() -> None:
+    verdict = judge(seen(without(WITH_LINE_ENDS, 7), WITH_LINE_ENDS), ONE_CPU)
+    assert verdict.verdict == LOST
+    assert "queue.get()" in verdict.hint
+
+
+def test_every_event_arriving_passes_with_line_ends_in_them() -> None:
+    assert judge(seen(WITH_LINE_ENDS, WITH_LINE_ENDS), ONE_CPU).passed

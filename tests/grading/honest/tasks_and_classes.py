@@ -53,6 +53,7 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import secrets
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
@@ -588,6 +589,29 @@ async def chat_completions(request: Request) -> Response:
 # 03 · One event at a time
 
 
+_LINE_END = re.compile(rb"\r\n|\r|\n")  # what ends an SSE line, and nothing else
+
+
+async def sse_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The upstream body's lines, without their ends, as they arrive. Only CRLF, LF and CR end
+    an SSE line. httpx's ``aiter_lines`` splits with ``str.splitlines``, which also ends a line
+    at U+2028, U+2029, U+0085 and five control characters; an engine that writes its JSON as
+    UTF-8 (llama.cpp does) sends those raw inside a ``data:`` line, which would arrive cut in
+    two and the event lost. Splitting the bytes is safe: no byte of a multi-byte UTF-8
+    character is a CR or an LF."""
+    pending = b""
+    async for chunk in chunks:
+        pending += chunk
+        held = pending.endswith(b"\r")  # a CR that may be the first half of a CRLF
+        *lines, pending = _LINE_END.split(pending[:-1] if held else pending)
+        if held:
+            pending += b"\r"
+        for line in lines:
+            yield line.decode("utf-8", errors="replace")
+    if pending:
+        yield _LINE_END.split(pending)[0].decode("utf-8", errors="replace")
+
+
 async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[str]:
     """Group the upstream's lines into SSE events (an event ends at a blank line) and yield each
     event, its lines joined by newlines, as soon as its blank line arrives."""
@@ -672,7 +696,7 @@ async def read_events(upstream: httpx.Response, queue: asyncio.Queue[Item]) -> N
     (before ``[DONE]``, or with an exception) put an ``UpstreamFailed`` last, so the body never
     waits for ever, and always close the upstream response."""
     try:
-        async for event in sse_events(upstream.aiter_lines()):
+        async for event in sse_events(sse_lines(upstream.aiter_bytes())):
             await queue.put(event)
         last = UpstreamFailed("the upstream ended its stream without data: [DONE]")
     except Exception as exc:
