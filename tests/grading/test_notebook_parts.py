@@ -4,7 +4,9 @@ and that a learner's notebook code is contained like a learner's proxy.
 The sandboxed runs take the instructor's notebooks as the course and a learner folder made
 here: the instructor's own notebooks (every part passes), ``labkit student`` copies (every part
 "not written yet", naming its notebook), one part made wrong (exactly that part fails), and a
-part cell that tries what the hostile proxies try.
+part cell that tries what the hostile proxies try. Notebooks 05 and 07's parts are
+``%%proxy_part`` cells: their stand-ins are "not written yet" too, and a ``next_item`` that loses
+the item after a heartbeat fails.
 """
 
 from __future__ import annotations
@@ -42,25 +44,33 @@ from labkit.grading.notebook_grader import (
     grade_notebook_parts,
 )
 from labkit.grading.notebook_parts import (
+    COURSE_FILE,
     CourseNotebook,
     NotebookRun,
     course_notebooks,
     learner_run,
     notebook_cells,
+    proxy_scaffold,
+    read_course,
+    scaffold_file,
     without_unread,
+    write_course,
 )
 from labkit.grading.report import Problem, SubmissionReport, feedback_markdown
 from labkit.grading.roster import Submission, _failed, find_submissions, grade_in_worker
 from labkit.grading.rubric import Rubric, RubricError
 from labkit.grading.sandbox import clean_env
 from labkit.grading.zygote import Zygote
-from labkit.student import make_student_copies
+from labkit.regions import PART_MAGIC, part_cell_body
+from labkit.student import make_student_copies, stub_proxy
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "solutions" / "proxy.py"
 PARTS = {
     "01_baseline_streaming": ["timing_client"],
     "03_gzip_buffering": ["compress_and_flush", "should_compress"],
+    "05_usage_capture": ["pass_on"],
+    "07_heartbeats_and_timeouts": ["next_item"],
     "08_providers_and_normalisation": ["adapter", "cache_and_stops", "refusal", "responses"],
     "09_tool_calls_and_partial_json": [
         "accumulate",
@@ -117,16 +127,52 @@ def test_the_graded_parts_are_the_checks_that_judge_an_in_notebook_part(
     assert not set(CHECK_IDS) & {p.id for nb in course for p in nb.parts}
 
 
-def test_a_proxy_part_cell_is_graded_with_proxy_py_not_run_as_a_notebook_part(
+def test_a_proxy_part_cell_no_check_names_is_graded_with_proxy_py_alone(
     course: list[CourseNotebook],
 ) -> None:
-    """03's ``sse_events`` and 10's ``make_queue`` are ``%%proxy_part`` cells: parts of proxy.py,
-    which ``labkit grade`` grades; 07 has only such cells, so it has no row."""
+    """03's ``sse_events``, 05's ``ask_for_usage``, 07's ``upstream_timeout`` and 10's
+    ``make_queue`` are ``%%proxy_part`` cells no check cell names: parts of proxy.py, which
+    ``labkit grade`` grades, not run here."""
     for nb in _only(course, "03", "10"):
-        sources = "\n".join(cell.source for cell in nb.cells)
-        assert "%%proxy_part" not in sources, nb.stem
-    assert not _only(course, "07")
+        assert not any(cell.writes_proxy for cell in nb.cells), nb.stem
+        assert not nb.scaffold
+    for nb, others in [
+        (_only(course, "05")[0], "ask_for_usage"),
+        (_only(course, "07")[0], "upstream_timeout"),
+    ]:
+        assert not any(others in cell.owners for cell in nb.cells), nb.stem
     assert not _only(course, "10")  # make_queue is its only part: no row of its own
+
+
+def test_a_proxy_part_cell_a_check_names_runs_in_proxy_py_as_handed_out(
+    course: list[CourseNotebook], tmp_path: Path
+) -> None:
+    """05's ``pass_on`` and 07's ``next_item``: the learner's cell, magic line and all, writes
+    into a private copy of the bundle's proxy.py (the reference stubbed as ``labkit student``
+    stubs it), never the solution; the same in a packaged grader's course.json."""
+    bundled, _ = stub_proxy(REFERENCE.read_text(encoding="utf-8"), ROOT / "notebooks")
+    assert proxy_scaffold(ROOT / "notebooks") == bundled
+    make_student_copies(ROOT / "notebooks", tmp_path / "copies")
+    for number, name in [("05", "pass_on"), ("07", "next_item")]:
+        nb = _only(course, number)[0]
+        assert [(p.id, p.judges) for p in nb.parts] == [(f"nb{number}.{name}", (name,))]
+        [planned] = [cell for cell in nb.cells if cell.writes_proxy]
+        assert planned.owners == (name,)
+        assert planned.source.startswith(f"{PART_MAGIC} {scaffold_file(nb.stem)}\n")
+        assert "BEGIN SOLUTION" not in planned.source + nb.scaffold
+        assert f"# YOUR CODE HERE: {name}, notebook {nb.stem}. Until then" in planned.source
+        path = tmp_path / "copies" / f"{nb.stem}.ipynb"
+        learner = [
+            replace(c, source=c.source.replace("Until then", "LEARNER_MARK"))
+            for c in notebook_cells(path.read_bytes(), path.name)
+        ]
+        run = learner_run(nb, learner)
+        [part] = [source for role, source in run.cells if role == "part"]
+        assert part.startswith(f"{PART_MAGIC} {scaffold_file(nb.stem)}\n")
+        assert "LEARNER_MARK" in (part_cell_body(part) or "")
+        assert run.files == ((scaffold_file(nb.stem), bundled),) and run.taken == (name,)
+    planned_course = write_course(ROOT / "notebooks", tmp_path / "packaged")
+    assert read_course(tmp_path / "packaged" / COURSE_FILE) == planned_course
 
 
 def test_a_learner_run_takes_the_part_cells_from_the_learner_and_the_rest_from_the_course(
@@ -341,6 +387,67 @@ def test_one_part_made_wrong_fails_exactly_that_part(
     assert scanner.verdict.startswith("the persistent scanner's fields equal json.loads")
     assert scanner.evidence["saw"]  # what the judge saw (here, the JSON the wrong scanner cut)
     assert "09_tool_calls_and_partial_json" in scanner.hint
+
+
+#: 07's ``next_item`` as the notebook warns against: a ``queue.get()`` that gives up without
+#: being cancelled takes the item after the heartbeat for nobody.
+NEXT_ITEM_SOLVED = """    if not queue.empty():
+        return queue.get_nowait()  # under load most events are already waiting: no timer
+    try:
+        async with asyncio.timeout(HEARTBEAT_S):
+            return await queue.get()
+    except TimeoutError:
+        return None
+"""
+NEXT_ITEM_LOSES_AN_ITEM = """    getter = asyncio.ensure_future(queue.get())  # never cancelled
+    done, _ = await asyncio.wait({getter}, timeout=HEARTBEAT_S)
+    return getter.result() if done else None
+"""
+
+
+@pytest.mark.sockets
+def test_05_and_07s_proxy_parts_pass_as_written(
+    course: list[CourseNotebook], tmp_path: Path
+) -> None:
+    learner = _learner(tmp_path)
+    rows = grade_notebook_parts(
+        learner / "notebooks", _only(course, "05", "07"), proxy=learner / "proxy.py"
+    )
+    assert {r.id: r.passed for r in rows} == {"nb05.pass_on": True, "nb07.next_item": True}, [
+        (r.id, r.verdict, dict(r.evidence)) for r in rows
+    ]
+
+
+@pytest.mark.sockets
+def test_a_stand_in_is_not_written_and_a_next_item_that_loses_an_item_fails(
+    course: list[CourseNotebook], tmp_path: Path
+) -> None:
+    """The learner's proxy.py is the reference: the cell handed in is what is judged."""
+    copies = tmp_path / "copies"
+    make_student_copies(ROOT / "notebooks", copies)
+    learner = _learner(tmp_path)
+    shutil.copyfile(
+        copies / "05_usage_capture.ipynb", learner / "notebooks" / "05_usage_capture.ipynb"
+    )
+    _edit_cell(
+        learner / "notebooks" / "07_heartbeats_and_timeouts.ipynb",
+        "async def next_item",
+        NEXT_ITEM_SOLVED,
+        NEXT_ITEM_LOSES_AN_ITEM,
+    )
+    rows = {
+        r.id: r
+        for r in grade_notebook_parts(
+            learner / "notebooks", _only(course, "05", "07"), proxy=learner / "proxy.py"
+        )
+    }
+    stand_in = rows["nb05.pass_on"]
+    assert not stand_in.passed
+    assert stand_in.verdict == "not written yet: pass_on (notebook 05_usage_capture)", stand_in
+    lost = rows["nb07.next_item"]
+    assert not lost.passed and lost.verdict.startswith("items at once, a heartbeat"), lost
+    assert "the item after a heartbeat is not lost" in str(lost.evidence["saw"]), lost
+    assert "an item already waiting comes back at once" not in str(lost.evidence["saw"]), lost
 
 
 #: A known-wrong edit of one part per notebook (notebook, the cell's definition, old, new).
