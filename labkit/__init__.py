@@ -17,7 +17,7 @@ later one; tests/labkit_core/test_layers.py reads this list and enforces it):
 
     mock: mock_upstream
     core: errors settings wire sse messages_api scrape _blocking _ssl _decompress _capture_model
-          _recorder capture servers regions packaging
+          _recorder capture shape servers regions packaging
     services: engine upstream chat stream_gateway plots
     checks: checks notebook_checks
     grading: grading
@@ -102,6 +102,7 @@ if typing.TYPE_CHECKING:
     from labkit.servers import start_nginx as start_nginx
     from labkit.servers import start_redis as start_redis
     from labkit.servers import stop_all as stop_all
+    from labkit.shape import stream_shape as stream_shape
     from labkit.stream_gateway import RestartPolicy as RestartPolicy
     from labkit.stream_gateway import make_stream_gateway as make_stream_gateway
     from labkit.upstream import MockUpstream as MockUpstream
@@ -173,6 +174,7 @@ _WHERE = {
     "start_nginx": "labkit.servers",
     "start_redis": "labkit.servers",
     "stop_all": "labkit.servers",
+    "stream_shape": "labkit.shape",
     "unwritten": "labkit.regions",
     "write_part": "labkit.proxy_file",
 }

@@ -46,6 +46,7 @@ from labkit.checks.context import CheckContext, Outcome, chat_body, finished, ms
 from labkit.checks.engine_requests import engine_body
 from labkit.checks.machine import Budget
 from labkit.checks.result import CheckResult
+from labkit.shape import MAX_FIRST_LAG, MIN_SPREAD  # the rule the notebooks' stream_shape reads
 
 ID = "trickle"
 STEP = "02_forwarding_proxy"
@@ -55,8 +56,6 @@ ENGINE_BUDGET_S = 45.0
 LIMIT_S = 10.0  # per read: the stream takes about 2 s
 SEED = 4101
 SCENARIO = {"ttft_ms": 200, "tps": 20, "tokens": 40}
-MAX_FIRST_LAG = 0.5  # of the upstream's generation time
-MIN_SPREAD = 0.5  # of the upstream's generation time
 HELD_GAP = 0.2  # of a token interval: token events closer than this arrived together
 BATCH_GAP = 3.0  # token intervals: a longer gap between groups is a held send
 BATCHED_SHARE = 0.5  # of the token events arriving in groups
