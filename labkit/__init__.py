@@ -17,7 +17,7 @@ later one; tests/labkit_core/test_layers.py reads this list and enforces it):
 
     mock: mock_upstream
     core: errors settings wire sse messages_api scrape _blocking _ssl _decompress _capture_model
-          _recorder capture shape servers regions packaging
+          _recorder capture shape framing servers regions packaging
     services: engine upstream chat stream_gateway plots
     checks: checks notebook_checks
     grading: grading
@@ -74,6 +74,7 @@ if typing.TYPE_CHECKING:
     from labkit.errors import ServerStartError as ServerStartError
     from labkit.errors import StartTimeoutError as StartTimeoutError
     from labkit.errors import TargetLoadError as TargetLoadError
+    from labkit.framing import feed_framer as feed_framer
     from labkit.messages_api import anthropic_events as anthropic_events
     from labkit.messages_api import anthropic_request as anthropic_request
     from labkit.notebook_checks import NotebookChecks as NotebookChecks
@@ -152,6 +153,7 @@ _WHERE = {
     "chat_request": "labkit.upstream",
     "check_proxy": "labkit.proxy_file",
     "engine_if_built": "labkit.engine",
+    "feed_framer": "labkit.framing",
     "find_nginx": "labkit.servers",
     "find_proxy": "labkit.proxy_file",
     "find_redis_server": "labkit.servers",
