@@ -106,8 +106,11 @@ if typing.TYPE_CHECKING:
     from labkit.shape import stream_shape as stream_shape
     from labkit.stream_gateway import RestartPolicy as RestartPolicy
     from labkit.stream_gateway import make_stream_gateway as make_stream_gateway
+    from labkit.upstream import SSE_HEADERS as SSE_HEADERS
+    from labkit.upstream import UPSTREAM_TIMEOUT as UPSTREAM_TIMEOUT
     from labkit.upstream import MockUpstream as MockUpstream
     from labkit.upstream import chat_request as chat_request
+    from labkit.upstream import upstream_lifespan as upstream_lifespan
 
 # The public surface, written once: each name and the module it is loaded from.
 _WHERE = {
@@ -136,6 +139,7 @@ _WHERE = {
     "ProxyFileError": "labkit.errors",
     "RedisNotFoundError": "labkit.errors",
     "RestartPolicy": "labkit.stream_gateway",
+    "SSE_HEADERS": "labkit.upstream",
     "ServerExitedError": "labkit.errors",
     "ServerHandle": "labkit.servers",
     "ServerStartError": "labkit.errors",
@@ -143,6 +147,7 @@ _WHERE = {
     "SubprocessServer": "labkit.servers",
     "TargetLoadError": "labkit.errors",
     "ThreadServer": "labkit.servers",
+    "UPSTREAM_TIMEOUT": "labkit.upstream",
     "acapture_stream": "labkit.capture",
     "anthropic_events": "labkit.messages_api",
     "anthropic_request": "labkit.messages_api",
@@ -178,6 +183,7 @@ _WHERE = {
     "stop_all": "labkit.servers",
     "stream_shape": "labkit.shape",
     "unwritten": "labkit.regions",
+    "upstream_lifespan": "labkit.upstream",
     "write_part": "labkit.proxy_file",
 }
 

@@ -8,11 +8,18 @@ numbers taken from the server that did the generating::
     ...                      # stream something and hang up
     mock.wait_until_idle()
     mock.last()["state"], mock.last()["tokens_after_disconnect"]
+
+And the harness a notebook's throwaway proxies share: ``chat_request`` (the seed-tagged body),
+``upstream_lifespan`` (one httpx client on the upstream, made on the app's own event loop) and
+``SSE_HEADERS`` (the headers a stream is answered with, as ``proxy.py`` sends them).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import MappingProxyType
 from typing import Any
 
 import httpx
@@ -24,10 +31,23 @@ from labkit.servers import UPSTREAM_URL_ENV, ServerHandle
 from labkit.settings import UPSTREAM_URL
 from mock_upstream import DEBUG_TOKEN_HEADER
 
-__all__ = ["LAB_PROMPT", "MockUpstream", "chat_request"]
+__all__ = [
+    "LAB_PROMPT",
+    "SSE_HEADERS",
+    "UPSTREAM_TIMEOUT",
+    "MockUpstream",
+    "chat_request",
+    "upstream_lifespan",
+]
 
 LAB_PROMPT = "Explain how a streaming proxy keeps tokens flowing."
 RECORD_POLL_S = 0.02
+# A notebook's throwaway proxy waits up to a minute for a token, a few seconds for the rest.
+UPSTREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=60.0, write=10.0, pool=10.0)
+# What a stream is answered with, as proxy.py sends it (notebooks 02 and 03 say what each is for).
+SSE_HEADERS: Mapping[str, str] = MappingProxyType(
+    {"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"}
+)
 
 
 def chat_request(
@@ -52,6 +72,24 @@ def chat_request(
     if usage:
         body["stream_options"] = {"include_usage": True}
     return body
+
+
+def upstream_lifespan(
+    url: str | ServerHandle, *, timeout: httpx.Timeout | float = UPSTREAM_TIMEOUT
+) -> Callable[[Any], AbstractAsyncContextManager[None]]:
+    """A lifespan for a notebook's throwaway proxy (``FastAPI(lifespan=upstream_lifespan(url))``):
+    while the app is served, ``app.state.client`` is one ``httpx.AsyncClient`` on ``url`` (the
+    base of every path the routes send to), with ``timeout``. It is made when the app starts, on
+    the event loop of the server that runs it, and closed when the server stops."""
+    base_url = url.url if isinstance(url, ServerHandle) else url
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        async with httpx.AsyncClient(base_url=base_url, timeout=timeout) as client:
+            app.state.client = client
+            yield
+
+    return lifespan
 
 
 class MockUpstream:
