@@ -128,9 +128,13 @@ class CheckContext:
             wait_s = self.budget.stretch(RECORD_WAIT_S)
         deadline = time.monotonic() + wait_s
         while True:
+            # A look begun after the deadline is the record as it is then: on a loaded machine
+            # one look can take seconds, and a look begun before the deadline but answered after
+            # it would give an old state (still running) as the last word.
+            looked_at = time.monotonic()
             found = [r for r in await self.records() if r.get("scenario", {}).get("seed") == seed]
             record = found[-1] if found else None
-            if (record is not None and until(record)) or time.monotonic() >= deadline:
+            if (record is not None and until(record)) or looked_at >= deadline:
                 return record
             await asyncio.sleep(POLL_S)
 
