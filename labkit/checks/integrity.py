@@ -175,13 +175,13 @@ def judge(observed: Observed, budget: Budget) -> CheckResult:
         )
     if difference.lost and lost_at_line_ends(observed.sent, observed.received):
         verdict = (
-            "the client lost the events whose text holds U+2028, U+2029 or U+0085: their data "
-            "lines were cut in two"
+            "the client lost the events whose text holds a Unicode line or paragraph separator: "
+            "their data lines were cut in two"
         )
         advice = (
             "split the upstream's body into lines only at CR and LF, as SSE does (sse_lines over "
-            "upstream.aiter_bytes(), notebook 04): httpx's aiter_lines also ends a line at these "
-            "characters, which an engine writing UTF-8 JSON sends raw."
+            "upstream.aiter_bytes(), notebook 04): httpx's aiter_lines also ends a line at "
+            "U+2028, U+2029 and U+0085, which an engine writing UTF-8 JSON sends raw."
         )
     elif difference.lost:
         verdict = "the client lost events the upstream sent"

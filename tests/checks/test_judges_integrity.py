@@ -180,6 +180,7 @@ def test_no_verdict_holds_a_digit() -> None:
         judge(seen((SENT[1], SENT[0], *SENT[2:])), ONE_CPU),
         judge(seen(SENT, terminal="truncated"), ONE_CPU),
         judge(seen((), None), ONE_CPU),
+        judge(seen(without(WITH_LINE_ENDS, 1, 3, 5), WITH_LINE_ENDS), ONE_CPU),
     ]
     for result in results:
         assert not any(c.isdigit() for c in result.verdict), result.verdict
@@ -193,7 +194,11 @@ WITH_LINE_ENDS = ("...", "\u2028", "...", "\u2029", "...", "\x85", "...", " word
 def test_losing_the_events_that_hold_unicode_line_ends_says_how_lines_are_split() -> None:
     verdict = judge(seen(without(WITH_LINE_ENDS, 1, 3, 5), WITH_LINE_ENDS), ONE_CPU)
     assert not verdict.passed
-    assert verdict.verdict.startswith("the client lost the events whose text holds U+2028")
+    assert verdict.verdict == (
+        "the client lost the events whose text holds a Unicode line or paragraph separator: "
+        "their data lines were cut in two"
+    )
+    assert "U+2028, U+2029 and U+0085" in verdict.hint
     assert "sse_lines" in verdict.hint and "aiter_lines" in verdict.hint
 
 
