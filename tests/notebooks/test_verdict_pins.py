@@ -39,7 +39,6 @@ PINS: dict[str, list[str]] = {
         "PASS trickle",
         "PASS concurrency",
         "PASS: through your proxy the",
-        "PASS: at a modest load your",
     ],
     "03": [
         "FAIL trickle",
