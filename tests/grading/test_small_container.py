@@ -90,7 +90,8 @@ def test_half_a_cpu_gives_the_same_verdicts(tmp_path: Path) -> None:
     )
     print(table)
     assert sorted(g.submission for g in gradings) == sorted(CHOSEN)
-    assert set().union(*(g.expected for g in gradings)) == TIMED, table
+    # every timed check is failed by one of them (blocking_client also fails integrity, untimed)
+    assert set().union(*(g.expected for g in gradings)) - {"integrity"} == TIMED, table
     for grading in gradings:
         assert grading.problem is None, table
         assert grading.failed == grading.expected, table
