@@ -271,7 +271,7 @@ def select(only: str | Iterable[str] | None, profile: Profile = "lab") -> tuple[
     if profile not in PROFILES:
         raise ValueError(
             f"Expected a profile from {', '.join(PROFILES)}; got {profile!r}. "
-            "Use --profile gateway to add the slow checks a deployed gateway meets."
+            'Use profile="gateway" to add the slow checks a deployed gateway meets.'
         )
     if only is None:
         return CHECK_IDS if profile == "lab" else ALL_IDS

@@ -35,7 +35,7 @@ def test_the_lab_profile_is_the_default_and_the_gateway_profile_adds_the_deploye
 
 
 def test_an_unknown_profile_is_named_in_the_error() -> None:
-    with pytest.raises(ValueError, match=r"got 'edge'\. Use --profile gateway"):
+    with pytest.raises(ValueError, match=r"got 'edge'\. Use profile=\"gateway\""):
         select(None, "edge")  # type: ignore[arg-type]
 
 

@@ -471,12 +471,7 @@ def test_rewording_every_message_changes_no_start_failure_verdict(
 
 
 #: Library messages that still name an option of ``labkit``'s command line, and why.
-NAMES_AN_OPTION = {
-    "labkit/checks/catalogue.py": (
-        "select()'s 'Use --profile gateway': labkit/checks is another change's; the wording "
-        "moves to the CLI there"
-    ),
-}
+NAMES_AN_OPTION: dict[str, str] = {}
 
 
 def _options_of_the_command_line() -> set[str]:
