@@ -17,8 +17,10 @@ The hierarchy (each family's exit code in brackets; see ``ExitCode``)::
     │   ├── MergeError               shard folders that do not add up to one class
     │   ├── AnswersError             written answers that cannot be collected, marks that cannot
     │   │                            be folded in
-    │   └── BundleError              notebooks, a solution or a rubric that cannot make the
-    │                                learner bundle
+    │   ├── BundleError              notebooks, a solution or a rubric that cannot make the
+    │   │                            learner bundle
+    │   └── EngineReadError          the engine named (--engine, LABKIT_ENGINE_URL) answered its
+    │                                /metrics or /v1/models unexpectedly, or not at all
     ├── MachineLacks                 this machine lacks something the command needs [3]
     │   ├── NginxNotFoundError       no nginx executable on this machine
     │   ├── RedisNotFoundError       no redis-server executable on this machine
@@ -41,7 +43,6 @@ The hierarchy (each family's exit code in brackets; see ``ExitCode``)::
     ├── CaptureError                 capture_stream could not get a response at all
     ├── MockUpstreamError            the mock's debug endpoints answered unexpectedly
     ├── EngineBuildError             the real engine could not be downloaded or built
-    ├── EngineReadError              an engine's /metrics or /v1/models answered unexpectedly
     ├── GatewayFailure               one upstream attempt of the stream gateway gave no usable
     │                                answer (its ``reason`` says why; the gateway catches it)
     ├── ChatWaitTimeout              the chat page did not reach a state in time
@@ -433,7 +434,7 @@ class EngineBuildError(LabkitError):
         self.fix = fix
 
 
-class EngineReadError(LabkitError):
+class EngineReadError(InputError):
     kind: ClassVar[ProblemKind] = "engine_read_failed"
 
     def __init__(self, *, url: str, got: str) -> None:

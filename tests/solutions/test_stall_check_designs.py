@@ -27,7 +27,7 @@ from typing import Any
 import nbformat
 import pytest
 
-from labkit import MockUpstream, capture_stream, serve_subprocess
+from labkit import MockUpstream, capture_stream, chat_request, serve_subprocess
 from labkit.servers import ServerHandle
 
 pytestmark = pytest.mark.sockets
@@ -40,7 +40,7 @@ QUEUE_AT = REFERENCE.index("def make_queue()")
 QUEUE_END = REFERENCE.index("\n\n\n# ----", QUEUE_AT)
 
 #: The notebook cells the check needs, found by what they define.
-DEFINES = ("def chat(", "def open_request(", "def stall_cases(", "def judge_stall(")
+DEFINES = ("def start_proxy(", "def open_request(", "def stall_cases(", "def judge_stall(")
 
 BOUNDED_ONLY = """def make_queue() -> asyncio.Queue[Item]:
     return asyncio.Queue(maxsize=QUEUE_EVENTS)
@@ -111,6 +111,7 @@ def notebook_check(upstream: ServerHandle, books: MockUpstream, work: Path) -> d
         "time": time,
         "ThreadPoolExecutor": ThreadPoolExecutor,
         "capture_stream": capture_stream,
+        "chat_request": chat_request,
         "serve_subprocess": serve_subprocess,
         "upstream": upstream,
         "mock": books,
