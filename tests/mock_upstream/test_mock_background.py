@@ -246,6 +246,21 @@ def test_background_without_stream_is_a_400(openai_client: openai.OpenAI) -> Non
     assert caught.value.body["param"] == "background"
 
 
+@pytest.mark.parametrize("after", ["-1", "x", "2.5", "\u00b2"])
+def test_a_starting_after_that_is_not_a_sequence_number_is_a_400_naming_it(
+    openai_client: openai.OpenAI, server: LiveServer, after: str
+) -> None:
+    with create(openai_client, pace(23, tokens=4)) as stream:
+        response_id = read(stream)[0].response.id
+    response = server.client.get(
+        f"/v1/responses/{response_id}", params={"stream": "true", "starting_after": after}
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", "starting_after")
+    assert "sequence_number" in error["message"]
+
+
 @pytest.mark.parametrize("key", ["comment_every_ms=50", "malformed_after=2"])
 def test_background_refuses_what_would_send_unnumbered_frames(
     openai_client: openai.OpenAI, key: str
