@@ -12,7 +12,7 @@ for the events after N) and ``POST /v1/responses/{id}/cancel``.
 from __future__ import annotations
 
 import hmac
-from typing import Any, Final
+from typing import Final
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -102,6 +102,11 @@ def create_app(
     app.state.registry = app.state.mock.recorder.registry
     install_handlers(app)
 
+    # Every route reads its parameters from the request and returns a Response. FastAPI builds a
+    # declared parameter or a response model inside ``warnings.catch_warnings()``, which swaps the
+    # process's one filter list and is not thread-safe: apps built on two threads at once let
+    # pydantic's UnsupportedFieldAttributeWarning escape (an error under pytest's "error" filter,
+    # seen in CI's fault matrix).
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
         return await answer(request, CHAT)
@@ -110,11 +115,6 @@ def create_app(
     async def responses(request: Request) -> Response:
         return await answer(request, RESPONSES)
 
-    # The routes read their path and query parameters from the request themselves. FastAPI builds
-    # a declared parameter inside ``warnings.catch_warnings()``, which swaps the process's one
-    # filter list and is not thread-safe: an app built on one thread while another thread leaves
-    # its own catch_warnings let pydantic's UnsupportedFieldAttributeWarning escape (an error
-    # under pytest's "error" filter, seen in CI's fault matrix).
     @app.get("/v1/responses/{response_id}")
     async def retrieve_response(request: Request) -> Response:
         state: MockState = request.app.state.mock
@@ -134,14 +134,16 @@ def create_app(
         return await answer(request, MESSAGES)
 
     @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [
-                {"id": name, "object": "model", "created": 0, "owned_by": "mock-upstream"}
-                for name in MODELS
-            ],
-        }
+    async def models() -> JSONResponse:
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"id": name, "object": "model", "created": 0, "owned_by": "mock-upstream"}
+                    for name in MODELS
+                ],
+            }
+        )
 
     @app.get("/metrics", dependencies=[Depends(debug_access)])
     async def metrics(request: Request) -> Response:
@@ -154,15 +156,17 @@ def create_app(
         return JSONResponse([r.to_json() for r in recorder.records()])
 
     @app.post("/debug/reset", dependencies=[Depends(debug_access)])
-    async def debug_reset(request: Request) -> dict[str, Any]:
+    async def debug_reset(request: Request) -> JSONResponse:
         recorder: Recorder = request.app.state.mock.recorder
         recorder.reset()
         request.app.state.mock.background.reset()
-        return {"reset": True, "running": recorder.running, "waiting": recorder.waiting}
+        return JSONResponse(
+            {"reset": True, "running": recorder.running, "waiting": recorder.waiting}
+        )
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> JSONResponse:
+        return JSONResponse({"status": "ok"})
 
     return app
 

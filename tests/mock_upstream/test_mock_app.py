@@ -233,14 +233,20 @@ def test_building_an_app_changes_no_logger_and_serving_it_keeps_drops_out_of_the
     assert "ConnectionDropped" not in err and "Exception in ASGI application" not in err
 
 
-def test_no_route_declares_a_parameter_fastapi_builds_under_a_borrowed_warning_filter() -> None:
-    """FastAPI builds each declared path, query, header or cookie parameter inside
+def test_no_route_declares_what_fastapi_builds_under_a_borrowed_warning_filter() -> None:
+    """FastAPI builds each declared parameter and response model inside
     ``warnings.catch_warnings()``, which is not thread-safe: a mock built on one thread while
-    another leaves its own catch_warnings raised pydantic's UnsupportedFieldAttributeWarning
-    under pytest's "error" filter. The mock's routes read their parameters from the request."""
+    another left its own catch_warnings raised pydantic's UnsupportedFieldAttributeWarning under
+    pytest's "error" filter. The mock's routes read the request and return a Response."""
     declared = {
-        route.path: [p.name for p in route.dependant.path_params + route.dependant.query_params]
-        + [p.name for p in route.dependant.header_params + route.dependant.cookie_params]
+        route.path: [
+            p.name
+            for p in route.dependant.path_params
+            + route.dependant.query_params
+            + route.dependant.header_params
+            + route.dependant.cookie_params
+        ]
+        + (["response model"] if route.response_field is not None else [])
         for route in create_app().routes
         if isinstance(route, APIRoute)
     }
