@@ -8,11 +8,15 @@ price is that a client away for longer than that many events cannot resume, and 
 so (404 in OpenAI's error shape), never given a stream with a hole in it.
 
 Experiment: the grader starts this check's proxy with ``REPLAY_EVENTS`` = BOUND (20,
-``PROXY_ENV``). A
-resumable stream of TOKENS tokens (about a hundred events) is read to its end; then
-``GET /v1/streams/{id}`` twice: with ``Last-Event-ID`` = OLD_CURSOR (5, some eighty events
-before what the log may keep), and with the id RECENT_BACK (5) events before the last. The
-cursors are places in the answer (event N has ``id: N``), counted by the client.
+``PROXY_ENV``). A resumable stream of TOKENS tokens (about forty events) is read to its end;
+then ``GET /v1/streams/{id}`` twice: with ``Last-Event-ID`` = OLD_CURSOR (5, some fifteen
+events before what the log may keep), and with the id RECENT_BACK (5) events before the last.
+The cursors are places in the answer (event N has ``id: N``), counted by the client.
+
+The first connection is live, but a live reader of a bounded log is cut, rightly, once it falls
+BOUND events behind the answer, as a client away that long is. The answer is paced so that
+BOUND events take over a second: a grader busy for a tenth of that must not fail a correct
+proxy (at 400 tokens a second, BOUND events took 80 ms, and the reference failed a loaded run).
 
 Pass: the old cursor is refused (an error status, or an error event and no content) and the
 recent one gives the events after it, as the first connection got them, to ``[DONE]``. An
@@ -40,8 +44,8 @@ MOCK_ONLY = "needs an answer of a known length, which only the mock's pacing giv
 SEED = 7521
 BOUND = 20  # REPLAY_EVENTS for this check's proxy
 PROXY_ENV = {"REPLAY_EVENTS": str(BOUND)}
-TOKENS = 140  # about a hundred events: the mock puts more than one token in some
-SCENARIO = {"ttft_ms": 50, "tps": 400, "tokens": TOKENS}
+TOKENS = 60  # about forty events: the mock puts more than one token in some
+SCENARIO = {"ttft_ms": 50, "tps": 25, "tokens": TOKENS}  # BOUND events: about 1.2 s
 OLD_CURSOR = 5
 RECENT_BACK = 5
 LIMIT_S = 6.0
