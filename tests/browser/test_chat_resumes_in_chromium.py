@@ -37,7 +37,10 @@ pytestmark = pytest.mark.sockets
 CHAT = "/v1/chat/completions"
 PROMPT = "Explain how a streaming proxy keeps tokens flowing."
 RUNNING = ("vllm:num_requests_running", "mock_requests_running")
-ANSWER = {"ttft_ms": 100, "tps": 40, "tokens": 80}  # 2 s, about 390 characters
+# 4 s, about 780 characters: the last drop (at 260) leaves 2.5 s of answer, so a drop lands on a
+# live connection even when the test sees the text late (at 2 s, a loaded run found none open).
+ANSWER = {"ttft_ms": 100, "tps": 40, "tokens": 160}
+AT_ONCE = {"ttft_ms": 0, "tps": 2000}
 LONG = {"ttft_ms": 100, "tps": 20, "tokens": 400}  # 20 s: only Stop ends it in time
 STOP_AFTER_CHARS = 20
 # The page is back within this of a drop (it waits 100 ms, then asks once); the proxy keeps a
@@ -114,7 +117,8 @@ def test_a_dropped_connection_is_resumed_and_the_text_is_the_undisturbed_answers
         tab.close()
     record_of(mock, seed)  # settled
     records = records_of(mock, seed)  # before the undisturbed copy below adds its own
-    undisturbed = capture_stream(upstream.url + CHAT, json=body_of(scenario)).text
+    # the same answer straight from the upstream, unpaced: the pace changes when, not what
+    undisturbed = capture_stream(upstream.url + CHAT, json=body_of({**scenario, **AT_ONCE})).text
     assert (view.state, view.complete, view.error, errors) == ("completed", True, "", [])
     assert view.answer == undisturbed and len(undisturbed) > drop_at_chars[-1] + 40
     assert [r["state"] for r in records] == ["completed"], records  # one request, run to its end
