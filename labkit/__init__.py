@@ -63,8 +63,11 @@ if typing.TYPE_CHECKING:
     from labkit.errors import EngineBuildError as EngineBuildError
     from labkit.errors import EngineNotBuiltError as EngineNotBuiltError
     from labkit.errors import EngineReadError as EngineReadError
+    from labkit.errors import ExitCode as ExitCode
+    from labkit.errors import InputError as InputError
     from labkit.errors import InvalidTargetError as InvalidTargetError
     from labkit.errors import LabkitError as LabkitError
+    from labkit.errors import MachineLacks as MachineLacks
     from labkit.errors import MockUpstreamError as MockUpstreamError
     from labkit.errors import NginxNotFoundError as NginxNotFoundError
     from labkit.errors import PortInUseError as PortInUseError
@@ -110,6 +113,7 @@ if typing.TYPE_CHECKING:
     from labkit.upstream import UPSTREAM_TIMEOUT as UPSTREAM_TIMEOUT
     from labkit.upstream import MockUpstream as MockUpstream
     from labkit.upstream import chat_request as chat_request
+    from labkit.upstream import tokens_after_hang_up as tokens_after_hang_up
     from labkit.upstream import upstream_lifespan as upstream_lifespan
 
 # The public surface, written once: each name and the module it is loaded from.
@@ -128,9 +132,12 @@ _WHERE = {
     "EngineReadError": "labkit.errors",
     "EngineSettings": "labkit.engine",
     "Event": "labkit.capture",
+    "ExitCode": "labkit.errors",
     "ExternalServer": "labkit.servers",
+    "InputError": "labkit.errors",
     "InvalidTargetError": "labkit.errors",
     "LabkitError": "labkit.errors",
+    "MachineLacks": "labkit.errors",
     "MockUpstream": "labkit.upstream",
     "MockUpstreamError": "labkit.errors",
     "NginxNotFoundError": "labkit.errors",
@@ -182,6 +189,7 @@ _WHERE = {
     "start_redis": "labkit.servers",
     "stop_all": "labkit.servers",
     "stream_shape": "labkit.shape",
+    "tokens_after_hang_up": "labkit.upstream",
     "unwritten": "labkit.regions",
     "upstream_lifespan": "labkit.upstream",
     "write_part": "labkit.proxy_file",

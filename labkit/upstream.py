@@ -30,6 +30,7 @@ from labkit.scrape import exported_names, samples, sum_first
 from labkit.servers import UPSTREAM_URL_ENV, ServerHandle
 from labkit.settings import UPSTREAM_URL
 from mock_upstream import DEBUG_TOKEN_HEADER
+from mock_upstream.scenario import DEFAULT_TPS
 
 __all__ = [
     "LAB_PROMPT",
@@ -37,6 +38,7 @@ __all__ = [
     "UPSTREAM_TIMEOUT",
     "MockUpstream",
     "chat_request",
+    "tokens_after_hang_up",
     "upstream_lifespan",
 ]
 
@@ -227,3 +229,17 @@ class MockUpstream:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.02)
+
+
+def tokens_after_hang_up(record: Mapping[str, Any], hung_up_at: float) -> int:
+    """Tokens the upstream generated after the client hung up, counted from the client's
+    hang-up (not from when the upstream noticed a closed connection, which a gateway can delay):
+    the mock's tokens come on a fixed clock (its first token, then one every 1/tps s), so the
+    ones due by ``hung_up_at`` are known from its record (``MockUpstream.record_of``). The cancel
+    checks count with it, and so does notebook 04."""
+    generated = int(record.get("tokens_generated") or 0)
+    first = record.get("first_token_at")
+    if first is None or hung_up_at < first:
+        return generated
+    tps = float(record.get("scenario", {}).get("tps", DEFAULT_TPS))
+    return max(0, generated - (1 + int((hung_up_at - first) * tps)))

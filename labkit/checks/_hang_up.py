@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from labkit.capture import acapture_stream
 from labkit.checks.context import CheckContext, Record, chat_body, finished, ms
-from mock_upstream.scenario import DEFAULT_TPS
+from labkit.upstream import tokens_after_hang_up
 
 __all__ = [
     "ENGINE_IDLE_WAIT_S",
@@ -57,19 +57,6 @@ async def hang_up(ctx: CheckContext, seed: int, scenario: dict[str, int], after_
     hung_up_at = capture.started_at + capture.total_time
     record = await ctx.record(seed, until=finished, wait_s=ctx.budget.stretch(WAIT_S))
     return HungUp(hung_up_at, record)
-
-
-def tokens_after_hang_up(record: Record, hung_up_at: float) -> int:
-    """Tokens the upstream generated after the client hung up, counted from the client's
-    hang-up (not from when the upstream noticed a closed connection, which a gateway can delay):
-    the mock's tokens come on a fixed clock (its first token, then one every 1/tps s), so the
-    ones due by ``hung_up_at`` are known from its record."""
-    generated = int(record.get("tokens_generated") or 0)
-    first = record.get("first_token_at")
-    if first is None or hung_up_at < first:
-        return generated
-    tps = float(record.get("scenario", {}).get("tps", DEFAULT_TPS))
-    return max(0, generated - (1 + int((hung_up_at - first) * tps)))
 
 
 def stop_after_hang_up_ms(record: Record, hung_up_at: float) -> int | None:

@@ -4,7 +4,8 @@ clocks is 0 ms, never a negative number that reads like a sentinel."""
 
 from __future__ import annotations
 
-from labkit.checks._hang_up import hang_up_evidence, tokens_after_hang_up
+from labkit.checks._hang_up import hang_up_evidence
+from labkit.upstream import tokens_after_hang_up
 
 
 def record(first: float | None, generated: int, ended: float, tps: float = 20) -> dict[str, object]:
