@@ -20,7 +20,7 @@ from typing import Any, Literal
 from labkit.checks.engine_books import READ_TIMEOUT_S, EngineBooks
 from labkit.checks.machine import Budget
 from labkit.checks.result import INCONCLUSIVE, CheckResult, Evidence
-from labkit.upstream import MockUpstream
+from labkit.upstream import MockUpstream, chat_request
 
 __all__ = ["CheckContext", "Outcome", "Record", "UpstreamKind", "chat_body", "finished", "ms"]
 
@@ -43,16 +43,9 @@ def chat_body(
     stream: bool = True,
     include_usage: bool = False,
 ) -> dict[str, Any]:
-    """An OpenAI chat request whose ``mock`` field sets the scenario and tags it with ``seed``."""
-    body: dict[str, Any] = {
-        "model": "lab-model",
-        "messages": [{"role": "user", "content": PROMPT}],
-        "stream": stream,
-        "mock": {**scenario, "seed": seed},
-    }
-    if include_usage:
-        body["stream_options"] = {"include_usage": True}
-    return body
+    """An OpenAI chat request whose ``mock`` field sets the scenario and tags it with ``seed``
+    (``labkit.upstream.chat_request``, with the checks' prompt)."""
+    return chat_request(seed, prompt=PROMPT, usage=include_usage, stream=stream, **scenario)
 
 
 @dataclass
