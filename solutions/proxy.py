@@ -656,11 +656,28 @@ async def read_events(upstream: httpx.Response, queue: asyncio.Queue[Item]) -> N
     ### END SOLUTION
 
 
+def reply_to(
+    item: Item | None, usage: Usage, client_wants_usage: bool, quiet_s: float
+) -> tuple[bytes | None, str | None]:
+    """What the body sends the client for one item of ``next_item`` (None: nothing), and the
+    outcome if the answer ends with it (None: it goes on). ``quiet_s`` is how long the client
+    has gone without a byte. Given: it joins what later notebooks have you write, each where its
+    idea is taught (``pass_on`` in 05, ``error_event`` in 06, heartbeats in 07)."""
+    if item is None:  # the upstream has been silent for HEARTBEAT_S (07)
+        return HEARTBEAT, None
+    if isinstance(item, UpstreamFailed):  # the stream is already a 200: say so in it (06)
+        return error_event(item.message), "error"
+    send, ending = pass_on(item, usage, client_wants_usage)  # (05)
+    if send is None and quiet_s >= HEARTBEAT_S:
+        send = HEARTBEAT  # an event we drop is no sign of life to the client (07)
+    return send, ending
+
+
 async def relay(upstream: httpx.Response, client_wants_usage: bool) -> AsyncIterator[bytes]:
-    """The response body. A reader task fills a queue (``make_queue``); this drains it: a
-    heartbeat when ``next_item`` says the upstream is silent, an error event for an
-    ``UpstreamFailed``, and for each event what ``pass_on`` says. However the body ends, stop
-    the reader (at once if the client left) and log the usage once."""
+    """The response body. A reader task fills a queue (``make_queue``); this drains it
+    (``next_item``), sending for each item what ``reply_to`` says, until an item ends the
+    answer. However the body ends, stop the reader (at once if the client left) and log the
+    usage once."""
     ### BEGIN SOLUTION
     ### STAND-IN: async for piece in upstream.aiter_bytes():
     ### STAND-IN:     yield piece
@@ -669,21 +686,11 @@ async def relay(upstream: httpx.Response, client_wants_usage: bool) -> AsyncIter
     usage = Usage()
     outcome = "cancelled"  # stays so if the client leaves: Starlette cancels us at an await
     clock = asyncio.get_running_loop().time
-    sent_at = clock()  # heartbeats count from the last bytes the client got, not the last item
+    sent_at = clock()  # when the client last got a byte
     try:
         while True:
             item = await next_item(queue)
-            if item is None:
-                yield HEARTBEAT
-                sent_at = clock()
-                continue
-            if isinstance(item, UpstreamFailed):
-                outcome = "error"
-                yield error_event(item.message)
-                return
-            send, ending = pass_on(item, usage, client_wants_usage)
-            if send is None and clock() - sent_at >= HEARTBEAT_S:
-                send = HEARTBEAT  # items we drop are no sign of life to the client
+            send, ending = reply_to(item, usage, client_wants_usage, clock() - sent_at)
             if send is not None:
                 yield send
                 sent_at = clock()

@@ -14,8 +14,8 @@ PATCHES = [
         "",
     ),
     (
-        "            if send is None and clock() - sent_at >= HEARTBEAT_S:\n"
-        "                send = HEARTBEAT  # items we drop are no sign of life to the client\n",
+        "    if send is None and quiet_s >= HEARTBEAT_S:\n"
+        "        send = HEARTBEAT  # an event we drop is no sign of life to the client (07)\n",
         "",
     ),
 ]

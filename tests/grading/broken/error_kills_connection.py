@@ -7,7 +7,7 @@ connection instead of an error event they can show.
 FAILS = {"midstream_error"}
 PATCHES = [
     (
-        "                yield error_event(item.message)\n                return\n",
-        "                raise RuntimeError(item.message)\n",
+        '        return error_event(item.message), "error"\n',
+        "        raise RuntimeError(item.message)\n",
     )
 ]
