@@ -19,7 +19,7 @@ later one; tests/labkit_core/test_layers.py reads this list and enforces it):
     core: errors settings wire sse messages_api scrape _blocking _ssl _decompress _capture_model
           _recorder capture shape framing servers regions packaging
     services: engine upstream chat stream_gateway plots
-    checks: checks notebook_checks
+    checks: checks heartbeat_cases notebook_checks
     grading: grading
     surface: proxy_file student doctor cli
 
@@ -30,8 +30,9 @@ The core is formats, capture and processes; services run an engine, a mock, a pa
 stream gateway on it (a module that makes a web app goes no lower than services, whatever it
 imports);
 checks observe a proxy through them (notebook_checks judges the parts written in the notebooks,
-and records its verdicts for the grader); grading runs the checks on submissions; the surface is
-what the notebooks, the command line and the learner bundle use.
+and records its verdicts for the grader; heartbeat_cases are notebook 07's cases for its parts);
+grading runs the checks on submissions; the surface is what the notebooks, the command line and
+the learner bundle use.
 """
 
 import importlib

@@ -3,9 +3,7 @@
 Notebooks 08, 09, 11 and 12 build parts that do not go into ``proxy.py`` (an adapter, a turn's
 accumulator, a reconciled bill, a validation buffer); ``solutions/`` holds the same parts as
 modules, which ``tests/solutions/`` runs over real sockets against the real mock, uvicorn and
-SDKs. Notebook 07's own cases for its two parts are tied the same way to
-``solutions/heartbeat_cases.py``, which ``tests/solutions/`` runs on the reference and on wrong
-designs. Each notebook function and its module function are compared as code: their syntax trees
+SDKs. Each notebook function and its module function are compared as code: their syntax trees
 must be equal once docstrings and type annotations are dropped (the module is typed for mypy,
 the notebook is not; neither changes what the code does). So the behavioural tests of a module
 are tests of the notebook's code too, and fixing one side without the other fails here.
@@ -47,14 +45,6 @@ class Tie:
 
 
 TIES = [
-    Tie(
-        "07_heartbeats_and_timeouts",
-        "heartbeat_cases",
-        ("timeout_rows", "next_item_rows"),
-        ("CONNECT_MAX_S", "WRITE_MAX_S", "POOL_MAX_S"),
-        ("next_item_rows", "heartbeat_s / 2 <= took", "heartbeat_s / 4 <= took"),
-        ("timeout_rows", "default.read > longest_silence_s", "default.read >= longest_silence_s"),
-    ),
     Tie(
         "08_providers_and_normalisation",
         "responses_adapter",

@@ -1,13 +1,13 @@
-"""Notebook 07's own cases for the two parts it builds: ``upstream_timeout`` and ``next_item``.
+"""Notebook 07's cases for the two parts it builds: ``upstream_timeout`` and ``next_item``.
 
 The notebook states what each part must do and why, and the learner chooses the code; these are
-the cases its check cells run on the learner's functions. They test properties, never one right
-value: any connect limit of a few seconds passes, any ``next_item`` that hands items on at once,
-says ``None`` after ``HEARTBEAT_S`` of silence and loses nothing passes.
+the cases its check cells run on the learner's functions (and the instructor's grader on the
+cells a learner hands in). They test properties, never one right value: any connect limit of a
+few seconds passes, any ``next_item`` that hands items on at once, says ``None`` after
+``HEARTBEAT_S`` of silence and loses nothing passes.
 
-Each row is ``(the property, whether it holds, what was seen)``. The notebook's cells hold the
-same code (``tests/notebooks/test_build_its_match_solutions.py`` ties them), and
-``tests/solutions/test_heartbeat_cases.py`` runs it on the reference and on wrong designs: the
+Each row is ``(the property, whether it holds, what was seen)``.
+``tests/checks/test_heartbeat_cases.py`` runs them on the reference and on wrong designs: the
 stand-ins, a bare ``httpx.Timeout(60)``, a heartbeat at once, a getter left behind in a task, a
 timer that does not restart.
 """
@@ -20,6 +20,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+
+__all__ = [
+    "CONNECT_MAX_S",
+    "POOL_MAX_S",
+    "WRITE_MAX_S",
+    "Row",
+    "next_item_rows",
+    "timeout_rows",
+]
 
 Row = tuple[str, bool, str]
 

@@ -10,8 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from solutions import heartbeat_cases, proxy
-from solutions.heartbeat_cases import next_item_rows, timeout_rows
+from labkit import heartbeat_cases
+from labkit.heartbeat_cases import next_item_rows, timeout_rows
+from solutions import proxy
 
 HEARTBEAT_S = 0.5
 LONGEST_SILENCE_S = 6.0
