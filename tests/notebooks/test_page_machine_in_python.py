@@ -1,43 +1,31 @@
 """Notebook 14's ``predict`` part is graded without a browser, against the chat page's state
-machine written again in Python (``page_input`` and ``page_state``, in the cell before its
-check). The two must agree: the Python twin follows the JavaScript rule by rule here, and the
-JavaScript is pinned by its digest, so a change to the page's machine fails this test until
-the twin is brought along.
+machine written again in Python (``labkit.chat.twin``: ``page_input`` and ``page_state``). The
+two must agree: the Python twin follows the JavaScript rule by rule here, and the JavaScript is
+pinned by its digest, so a change to the page's machine fails this test until the twin is
+brought along.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
-import nbformat
 import pytest
 
 from labkit.chat import machine_source
+from labkit.chat.twin import page_input, page_state
 
-ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOK = ROOT / "notebooks" / "14_browser_chat.ipynb"
 #: sha256 of ``machine_source()`` when ``page_input``/``page_state`` were last checked against it.
 MACHINE_DIGEST = "38d95962c8ceaf6c61b0e809d66151b3b5de9311ee2468a479695fa0b0af1d46"
-
-
-@pytest.fixture(scope="module")
-def twin() -> dict[str, Any]:
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    [cell] = [c for c in nb.cells if c.cell_type == "code" and "def page_state(" in c.source]
-    assert "graded-setup" in cell.metadata.get("tags", [])
-    namespace: dict[str, Any] = {}
-    exec(compile(cell.source, str(NOTEBOOK), "exec"), namespace)
-    return namespace
 
 
 def test_the_pages_machine_is_the_one_the_python_twin_was_checked_against() -> None:
     digest = hashlib.sha256(machine_source().encode()).hexdigest()
     assert digest == MACHINE_DIGEST, (
-        "the chat page's state machine (labkit/chat/page.html) changed: bring notebook 14's "
-        "page_input and page_state along (nb14.predict is graded by them), then set "
+        "the chat page's state machine (labkit/chat/page.html) changed: bring "
+        "labkit/chat/twin.py's page_input and page_state along (nb14.predict is graded by "
+        "them), then set "
         f"MACHINE_DIGEST to {digest}"
     )
 
@@ -65,10 +53,8 @@ def _chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> st
         (json.dumps({"choices": ["odd"]}), "ignore"),
     ],
 )
-def test_page_input_reads_an_event_as_the_pages_input_of_does(
-    twin: dict[str, Any], data: str, expected: str
-) -> None:
-    assert twin["page_input"](data) == expected
+def test_page_input_reads_an_event_as_the_pages_input_of_does(data: str, expected: str) -> None:
+    assert page_input(data) == expected
 
 
 @pytest.mark.parametrize(
@@ -91,7 +77,5 @@ def test_page_input_reads_an_event_as_the_pages_input_of_does(
         (["done", "drop"], "completed"),  # terminal states never change
     ],
 )
-def test_page_state_follows_the_pages_next_state(
-    twin: dict[str, Any], inputs: list[str], expected: str
-) -> None:
-    assert twin["page_state"](inputs) == expected
+def test_page_state_follows_the_pages_next_state(inputs: list[str], expected: str) -> None:
+    assert page_state(inputs) == expected
