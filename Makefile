@@ -43,6 +43,9 @@ $(STAMP): pyproject.toml $(LOCK)
 # grader set (requirements/grader.in: no JupyterLab, kernel or aiohttp), within the same
 # versions, that the Gradescope autograder, GitHub Classroom, the Containerfile and the cluster
 # recipes install. pip-compile keeps a lock's existing pins unless a range excludes them.
+# Resolve with the oldest Python 3.11 supported, Debian 12's (`make lock
+# PYTHON=/usr/bin/python3.11`, 3.11.2): a pin that needs a later 3.11 fails every install there
+# (tests/test_environment.py checks each pin's Requires-Python).
 # tests/test_environment.py checks that they agree with pyproject.toml and with each other.
 GRADER_IN   := requirements/grader.in
 GRADER_LOCK := labkit/bundle_files/grader-requirements.txt

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -229,3 +230,21 @@ def test_the_grader_lock_holds_what_the_graded_notebook_cells_import() -> None:
     for module in third_party:
         names = {canonicalize_name(d) for d in distributions.get(module, [])}
         assert names & set(GRADER_LOCK), f"{module} ({names}) is not in the grader's lock"
+
+
+# Debian 12's python3, the one a user without pyenv or root has on the commonest server distro.
+OLDEST_PYTHON = Version("3.11.2")
+
+
+def test_every_locked_package_installs_on_the_oldest_python_we_support() -> None:
+    """A pin whose Requires-Python excludes a 3.11 release fails every install on it: the lock
+    once held soupsieve 4.1.3 (3.11.5 or later), and `make` failed on Debian 12's 3.11.2. The
+    installed copies' metadata say what each pin requires (``make lock`` resolves with the
+    oldest Python: ``make lock PYTHON=/usr/bin/python3.11`` there)."""
+    assert Version(_pyproject()["project"]["requires-python"].removeprefix(">=")) <= OLDEST_PYTHON
+    refused = {}
+    for name in DEV_LOCK:
+        requires = importlib.metadata.metadata(name).get("Requires-Python")
+        if requires and OLDEST_PYTHON not in SpecifierSet(requires):
+            refused[name] = requires
+    assert refused == {}, f"locked packages that refuse Python {OLDEST_PYTHON}: {refused}"
