@@ -16,8 +16,8 @@ Layers, bottom first (a module imports from its own layer and the ones before it
 later one; tests/labkit_core/test_layers.py reads this list and enforces it):
 
     mock: mock_upstream
-    core: errors settings wire sse messages_api scrape _blocking _ssl _decompress _capture_model
-          _recorder capture shape framing servers regions packaging
+    core: errors settings _source wire sse messages_api scrape _blocking _ssl _decompress
+          _capture_model _recorder capture shape framing servers regions packaging
     services: engine upstream chat stream_gateway plots
     checks: checks heartbeat_cases notebook_checks
     grading: grading

@@ -39,6 +39,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
+from labkit._source import source_spec
 from labkit.checks.result import CheckResult
 from labkit.errors import ProxyFileError
 from labkit.regions import PART_MAGIC_NAME
@@ -382,9 +383,11 @@ def load_proxy(path: str | os.PathLike[str] | None = None) -> ModuleType:
     starting anything: its app runs only when served."""
     target = Path(path) if path is not None else find_proxy()
     name = f"learner_proxy_{next(_loads)}"
-    spec = importlib.util.spec_from_file_location(name, target)
-    if spec is None or spec.loader is None:
-        raise ProxyFileError(f"{target} cannot be imported as a Python module.")
+    try:
+        spec = source_spec(name, target)  # never a stale .pyc of an edited file
+    except ImportError:
+        raise ProxyFileError(f"{target} cannot be imported as a Python module.") from None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up while the file runs
     try:

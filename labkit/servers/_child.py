@@ -28,6 +28,7 @@ from typing import Any
 
 import uvicorn
 
+from labkit._source import source_spec
 from labkit.errors import LoadFailure, PortInUseError, ServerStartError
 from labkit.servers._handles import KEEP_ALIVE_S, bind_socket
 from labkit.servers._status import ChildStatus
@@ -49,9 +50,8 @@ def import_target(target: str) -> tuple[ModuleType, str, str]:
         path = Path(file_part).resolve()
         sys.path.insert(0, str(path.parent))
         module_name = path.stem
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import {path}")
+        spec = source_spec(module_name, path)  # never a stale .pyc of an edited file
+        assert spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         spec.loader.exec_module(module)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import py_compile
 from pathlib import Path
 
 import pytest
@@ -201,6 +204,18 @@ def test_a_broken_proxy_file_is_named_with_its_line(proxy: Path) -> None:
 def test_load_proxy_sees_an_edited_file(proxy: Path) -> None:
     assert load_proxy(proxy).second() == 2
     write_part("def second():\n    return 7\n", proxy)
+    assert load_proxy(proxy).second() == 7
+
+
+def test_load_proxy_never_runs_a_stale_pyc_of_an_edit_within_the_second(proxy: Path) -> None:
+    """A .pyc is trusted when its recorded mtime (to the second) and size match the source: an
+    edit that keeps the size, within the second, left the old code running wherever Python
+    writes bytecode (a learner's kernel does; CI, with PYTHONDONTWRITEBYTECODE, did not)."""
+    py_compile.compile(str(proxy), cfile=importlib.util.cache_from_source(str(proxy)))
+    before = proxy.stat()
+    write_part("def second():\n    return 7\n", proxy)
+    os.utime(proxy, ns=(before.st_atime_ns, before.st_mtime_ns))  # "within the same second"
+    assert proxy.stat().st_size == before.st_size  # the case a .pyc cannot tell apart
     assert load_proxy(proxy).second() == 7
 
 
