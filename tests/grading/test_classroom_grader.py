@@ -71,6 +71,16 @@ def _python_dir() -> Path:
     return folder
 
 
+def _runner_python() -> None:
+    """The workflow's install step calls ``python``, as setup-python provides it; a
+    distribution's Python (Debian's /usr/bin) has only ``python3``. Skip, saying so."""
+    if not (_python_dir() / "python").exists():
+        pytest.skip(
+            f"{_python_dir()} has no `python`, which the workflow calls as GitHub's "
+            "setup-python provides it: run the tests on a standalone Python (pyenv's or uv's)"
+        )
+
+
 def run_workflow(
     bundle: Path, tmp: Path, *, only: set[str] | None = None, setup: bool = True
 ) -> Run:
@@ -115,6 +125,8 @@ def run_workflow(
             run.outcomes[name] = "success"  # the action records a failed test, not a failed step
         else:
             assert uses == "", f"{name}: an action this test does not know: {uses}"
+            if "python -m venv" in step["run"]:
+                _runner_python()
             done = subprocess.run(
                 ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
                 cwd=bundle,
