@@ -22,7 +22,7 @@ from mock_upstream import anthropic_messages, background, openai_chat, openai_re
 from mock_upstream.errors import ApiError, bad_request, install_handlers
 from mock_upstream.exchange import ApiSpec, MockState, answer
 from mock_upstream.records import Recorder
-from mock_upstream.scenario import ONLY_ON, Scenario
+from mock_upstream.scenario import ONLY_ON, Scenario, flag
 from mock_upstream.stream import quiet_while_serving
 
 MODELS: Final = ("mock-gpt", "mock-gpt-mini", "mock-claude")
@@ -119,7 +119,7 @@ def create_app(
     async def retrieve_response(request: Request) -> Response:
         state: MockState = request.app.state.mock
         kept = state.background.get(request.path_params["response_id"])
-        if request.query_params.get("stream", "false").lower() not in ("true", "1", "yes", "on"):
+        if not _stream(request):
             return JSONResponse(kept.snapshot())
         return background.stream(kept, _starting_after(request), state.recorder)
 
@@ -169,6 +169,15 @@ def create_app(
         return JSONResponse({"status": "ok"})
 
     return app
+
+
+def _stream(request: Request) -> bool:
+    """Whether a retrieve asks for the events (``?stream=true``) or the snapshot."""
+    given = request.query_params.get("stream", "false")
+    try:
+        return flag(given)
+    except ValueError:
+        raise bad_request(f"stream must be true or false, not {given!r}.", "stream") from None
 
 
 def _starting_after(request: Request) -> int:

@@ -183,7 +183,7 @@ _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off"})
 
 
-def _bool(value: object) -> bool:
+def flag(value: object) -> bool:  # a scenario key's, and the mock's ?stream= query parameter
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
@@ -193,7 +193,7 @@ def _bool(value: object) -> bool:
     raise ValueError
 
 
-_bool.__doc__ = "true or false (1 or 0)"
+flag.__doc__ = "true or false (1 or 0)"
 
 _ANY_INT = _int(-(2**63))
 _ANY_INT.__doc__ = "an integer"
@@ -210,19 +210,19 @@ _CONVERTERS: Final[dict[str, Callable[[object], Any]]] = {
     "stall_s": _float(0.0, strict=False),
     "status": _status,
     "retry_after": _int(0),
-    "retry_after_date": _bool,
+    "retry_after_date": flag,
     "malformed_after": _int(0),
     "refusal_after": _int(0),
     "comment_every_ms": _int(1),
-    "usage_with_choices": _bool,
-    "interleave_tools": _bool,
-    "done_after_error": _bool,
-    "refusal_deltas": _bool,
+    "usage_with_choices": flag,
+    "interleave_tools": flag,
+    "done_after_error": flag,
+    "refusal_deltas": flag,
     "filler_tokens": _int(0),
     "separator_tokens": _int(0),
     "preamble_tokens": _int(0),
     "thinking_tokens": _int(0),
-    "pause_on_backpressure": _bool,
+    "pause_on_backpressure": flag,
     "slots": _int(1),
 }
 _OPTIONAL: Final = frozenset(f.name for f in dataclasses.fields(Scenario) if f.default is None)

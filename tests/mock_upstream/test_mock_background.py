@@ -261,6 +261,20 @@ def test_a_starting_after_that_is_not_a_sequence_number_is_a_400_naming_it(
     assert "sequence_number" in error["message"]
 
 
+def test_a_stream_flag_that_is_not_true_or_false_is_a_400_naming_it(
+    openai_client: openai.OpenAI, server: LiveServer
+) -> None:
+    with create(openai_client, pace(24, tokens=4)) as stream:
+        response_id = read(stream)[0].response.id
+    response = server.client.get(f"/v1/responses/{response_id}", params={"stream": "maybe"})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "stream"
+    assert (
+        server.client.get(f"/v1/responses/{response_id}", params={"stream": "0"}).json()["id"]
+        == response_id
+    )  # a false flag: the snapshot
+
+
 @pytest.mark.parametrize("key", ["comment_every_ms=50", "malformed_after=2"])
 def test_background_refuses_what_would_send_unnumbered_frames(
     openai_client: openai.OpenAI, key: str
