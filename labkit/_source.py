@@ -1,4 +1,4 @@
-"""Import a file from its source, never from a cached ``.pyc``.
+"""Run a file as a module from its source, never from a cached ``.pyc``.
 
 Python trusts a ``__pycache__`` entry whose recorded mtime (to the second) and size match the
 source's. A ``proxy.py`` edited within a second of its last import, to a body of the same size
@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import sys
 from pathlib import Path
-from types import CodeType
+from types import CodeType, ModuleType
 
-__all__ = ["source_spec"]
+__all__ = ["run_source"]
 
 
 class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
@@ -23,10 +24,13 @@ class _SourceOnlyLoader(importlib.machinery.SourceFileLoader):
         return self.source_to_code(self.get_data(self.path), self.path)
 
 
-def source_spec(name: str, path: Path) -> importlib.machinery.ModuleSpec:
-    """The spec of module ``name`` at ``path``, loaded from its source."""
+def run_source(name: str, path: Path) -> ModuleType:
+    """A new module ``name``, made by running ``path``'s source. It is put in ``sys.modules``
+    before it runs (a dataclass looks its module up there while the file runs), and left there."""
     loader = _SourceOnlyLoader(name, str(path))
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-    if spec is None:
-        raise ImportError(f"cannot import {path}")
-    return spec
+    spec = importlib.machinery.ModuleSpec(name, loader, origin=str(path))
+    spec.has_location = True  # the module's __file__ is the path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module

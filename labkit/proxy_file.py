@@ -28,7 +28,6 @@ from __future__ import annotations
 import ast
 import asyncio
 import concurrent.futures
-import importlib.util
 import itertools
 import os
 import re
@@ -39,7 +38,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
 
-from labkit._source import source_spec
+from labkit._source import run_source
 from labkit.checks.result import CheckResult
 from labkit.errors import ProxyFileError
 from labkit.regions import PART_MAGIC_NAME
@@ -384,17 +383,9 @@ def load_proxy(path: str | os.PathLike[str] | None = None) -> ModuleType:
     target = Path(path) if path is not None else find_proxy()
     name = f"learner_proxy_{next(_loads)}"
     try:
-        spec = source_spec(name, target)  # never a stale .pyc of an edited file
-    except ImportError:
-        raise ProxyFileError(f"{target} cannot be imported as a Python module.") from None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the file runs
-    try:
-        spec.loader.exec_module(module)
+        return run_source(name, target)  # never a stale .pyc of an edited file
     finally:
-        del sys.modules[name]
-    return module
+        sys.modules.pop(name, None)  # one fresh module per call: none is kept
 
 
 def _proxy_part(ipython: Any, line: str, cell: str) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import logging
 import os
 import sys
@@ -28,7 +27,7 @@ from typing import Any
 
 import uvicorn
 
-from labkit._source import source_spec
+from labkit._source import run_source
 from labkit.errors import LoadFailure, PortInUseError, ServerStartError
 from labkit.servers._handles import KEEP_ALIVE_S, bind_socket
 from labkit.servers._status import ChildStatus
@@ -50,11 +49,7 @@ def import_target(target: str) -> tuple[ModuleType, str, str]:
         path = Path(file_part).resolve()
         sys.path.insert(0, str(path.parent))
         module_name = path.stem
-        spec = source_spec(module_name, path)  # never a stale .pyc of an edited file
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module
-        spec.loader.exec_module(module)
+        module = run_source(module_name, path)  # never a stale .pyc of an edited file
         shown = path.name
     else:
         module_name, _, attr = target.partition(":")
